@@ -1,0 +1,104 @@
+# Finds every third-party dependency of wlb4d and wraps the irregular ones
+# behind project targets:
+#   wlb4d::kokkos         Kokkos core (Debian 3.4 target repaired; Spack 4.x untouched)
+#   wlb4d::kokkoskernels  KokkosKernels (Debian exports variables, Spack a target)
+#   wlb4d::sentencepiece  sentencepiece via pkg-config
+#   wlb4d::nccl           NCCL (only with WLB4D_ENABLE_CUDA)
+
+# ---- MPI ------------------------------------------------------------------
+find_package(MPI REQUIRED COMPONENTS C CXX)   # C: HDF5 is a C library
+
+# ---- Kokkos -----------------------------------------------------------------
+find_package(Kokkos 3.4 REQUIRED)
+# Debian 12 (libtrilinos-kokkos-dev 13.2.0-4) exports Kokkos::kokkos with
+# INTERFACE_INCLUDE_DIRECTORIES=/usr/lib/include, which does not exist; the
+# headers live in Kokkos_INCLUDE_DIRS (/usr/include/trilinos). Repair only when
+# the recorded path is missing, so a Spack Kokkos 4.x target is left alone.
+get_target_property(_wlb4d_kk_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
+set(_wlb4d_kk_broken FALSE)
+foreach(_d IN LISTS _wlb4d_kk_inc)
+  if(NOT _d MATCHES "^\\$<" AND NOT EXISTS "${_d}")
+    set(_wlb4d_kk_broken TRUE)
+  endif()
+endforeach()
+if(_wlb4d_kk_broken)
+  message(STATUS "wlb4d: repairing Kokkos::kokkos include dirs (${_wlb4d_kk_inc} -> ${Kokkos_INCLUDE_DIRS})")
+  set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
+endif()
+add_library(wlb4d_kokkos INTERFACE)
+target_link_libraries(wlb4d_kokkos INTERFACE Kokkos::kokkos)
+add_library(wlb4d::kokkos ALIAS wlb4d_kokkos)
+kokkos_check(DEVICES Cuda RETURN_VALUE WLB4D_KOKKOS_HAS_CUDA)
+if(WLB4D_ENABLE_CUDA AND NOT WLB4D_KOKKOS_HAS_CUDA)
+  message(WARNING "WLB4D_ENABLE_CUDA=ON but Kokkos ${Kokkos_VERSION} has no CUDA backend: "
+                  "kernels run on the host; only the NCCL backend of wlb::comm is compiled for CUDA.")
+endif()
+message(STATUS "wlb4d: Kokkos ${Kokkos_VERSION} devices: ${Kokkos_DEVICES}")
+
+# ---- KokkosKernels ------------------------------------------------------------
+find_package(KokkosKernels REQUIRED)          # Debian ships no version file: no version here
+add_library(wlb4d_kokkoskernels INTERFACE)
+if(TARGET Kokkos::kokkoskernels)
+  target_link_libraries(wlb4d_kokkoskernels INTERFACE Kokkos::kokkoskernels)
+else()
+  target_include_directories(wlb4d_kokkoskernels SYSTEM INTERFACE ${KokkosKernels_INCLUDE_DIRS})
+  target_link_libraries(wlb4d_kokkoskernels INTERFACE ${KokkosKernels_LIBRARIES} ${KokkosKernels_TPL_LIBRARIES})
+endif()
+target_link_libraries(wlb4d_kokkoskernels INTERFACE wlb4d::kokkos)
+add_library(wlb4d::kokkoskernels ALIAS wlb4d_kokkoskernels)
+
+# ---- parallel HDF5 --------------------------------------------------------------
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "wlb4d needs parallel HDF5 (MPI-IO) for collective checkpoints; "
+                      "found a serial HDF5 (${HDF5_C_COMPILER_EXECUTABLE}). "
+                      "Debian: apt-get install libhdf5-mpich-dev; Spack: hdf5+mpi.")
+endif()
+add_library(wlb4d_hdf5 INTERFACE)
+if(TARGET HDF5::HDF5)
+  target_link_libraries(wlb4d_hdf5 INTERFACE HDF5::HDF5)
+else()
+  target_include_directories(wlb4d_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
+  target_link_libraries(wlb4d_hdf5 INTERFACE ${HDF5_C_LIBRARIES} ${HDF5_LIBRARIES})
+  target_compile_definitions(wlb4d_hdf5 INTERFACE ${HDF5_C_DEFINITIONS} ${HDF5_DEFINITIONS})
+endif()
+add_library(wlb4d::hdf5 ALIAS wlb4d_hdf5)
+
+# ---- Boost.Program_options, spdlog/fmt, nlohmann_json ---------------------------
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+
+# ---- sentencepiece (no CMake config upstream) ------------------------------------
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SPM REQUIRED IMPORTED_TARGET sentencepiece)
+add_library(wlb4d_sentencepiece INTERFACE)
+target_link_libraries(wlb4d_sentencepiece INTERFACE PkgConfig::SPM)
+add_library(wlb4d::sentencepiece ALIAS wlb4d_sentencepiece)
+
+# ---- CUDA / NCCL (GPU path only) -------------------------------------------------
+if(WLB4D_ENABLE_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  find_package(NCCL REQUIRED)
+  add_library(wlb4d_nccl INTERFACE)
+  target_link_libraries(wlb4d_nccl INTERFACE NCCL::NCCL CUDA::cudart)
+  add_library(wlb4d::nccl ALIAS wlb4d_nccl)
+endif()
+
+# ---- tests ---------------------------------------------------------------------
+if(WLB4D_ENABLE_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(WLB4D_ENABLE_BENCH)
+  find_package(benchmark QUIET)
+  if(NOT benchmark_FOUND)
+    set(WLB4D_ENABLE_BENCH OFF)
+  endif()
+endif()
+# Post-processing scripts need h5py/matplotlib, which only the system python has.
+if(NOT Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+  set(Python3_EXECUTABLE /usr/bin/python3)
+endif()
+find_package(Python3 COMPONENTS Interpreter)

@@ -1,0 +1,153 @@
+#pragma once
+/// \file config.hpp
+/// \brief The input deck (DESIGN §8): one typed struct per INI section.
+///
+/// A deck is an INI file read by Boost.Program_options: `[section] key = value`
+/// becomes `section.key`. Command-line `--section.key=value` overrides the
+/// file. Every key has a default, a unit in its help text and a validation
+/// rule; unknown keys, malformed values and violated rules throw
+/// wlb::core::ConfigError with a message naming the key, the value and the
+/// rule, e.g. "parallel.tp=3 must divide model.heads=8".
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wlb::core {
+
+/// [model] Llama-style decoder shape. The vocabulary comes from the dataset.
+struct ModelConfig {
+  int layers = 4;             ///< transformer blocks
+  int d_model = 256;          ///< hidden size (elements)
+  int heads = 8;              ///< query heads; head_dim = d_model / heads
+  int kv_heads = 4;           ///< key/value heads (GQA), divides heads
+  int ffn_hidden = 688;       ///< SwiGLU inner size (elements)
+  double rope_theta = 10000;  ///< RoPE base
+  double norm_eps = 1e-5;     ///< RMSNorm epsilon
+  double init_std = 0.02;     ///< std of the normal init of matrices
+  int head_dim() const { return d_model / heads; }
+};
+
+/// [parallel] 4D layout; world size must equal dp*pp*cp*tp.
+struct ParallelConfig {
+  int dp = 1, pp = 1, cp = 1, tp = 1;
+  std::string schedule = "1f1b";   ///< gpipe | 1f1b | interleaved | bfs
+  int virtual_stages = 1;          ///< model chunks per pipeline rank (interleaved/bfs)
+  bool print_coords = false;       ///< print every rank's (dp,pp,cp,tp) at start-up
+  int world() const { return dp * pp * cp * tp; }
+};
+
+/// [data] token datasets written by wlb4d-prep.
+struct DataConfig {
+  std::string train = "data/train.h5";  ///< training dataset (HDF5)
+  std::string val;                      ///< validation dataset (HDF5); empty: none
+  bool shuffle = true;                  ///< seeded shuffle of the document order per epoch
+  std::int64_t max_docs = 0;            ///< use only the first N documents (0: all)
+};
+
+/// [balance] WLB-LLM packing and CP sharding (reference/wlb-llm.md).
+struct BalanceConfig {
+  std::string packer = "fixed";      ///< fixed | greedy | wlb
+  std::string sharding = "sequence"; ///< sequence | document | adaptive
+  std::int64_t max_tokens = 0;       ///< wlb: token cap per micro-batch (0: train.max_seq_len)
+  int max_delay = 4;                 ///< wlb: steps a document may wait in an outlier queue
+  std::string outlier_thresholds = "auto";  ///< wlb: token lengths, e.g. "2048 8192", or auto
+  bool calibrate = true;             ///< time this build's kernels at start-up for the cost model
+  double cost_a = 0;                 ///< seconds per token per layer (when calibrate=false)
+  double cost_b = 0;                 ///< seconds per token^2 per layer (when calibrate=false)
+  double cost_c = 0;                 ///< seconds per micro-batch per layer (constant)
+};
+
+/// [optim] AdamW + warm-up/cosine schedule + global-norm clipping.
+struct OptimConfig {
+  double lr = 3e-4;            ///< peak learning rate
+  double min_lr = 3e-5;        ///< final learning rate of the cosine decay
+  int warmup_steps = 10;       ///< linear warm-up length (steps)
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;   ///< decoupled, matrices only
+  double grad_clip = 1.0;      ///< max global L2 norm (0: off)
+};
+
+/// [train] the loop.
+struct TrainConfig {
+  int steps = 100;             ///< optimizer steps
+  int micro_batches = 4;       ///< micro-batches per step (global, before DP split)
+  int max_seq_len = 256;       ///< tokens per micro-batch for the fixed packer
+  std::uint64_t seed = 1234;   ///< init, data order
+  int eval_every = 25;         ///< steps between validations (0: never)
+  std::int64_t eval_tokens = 8192;  ///< tokens per validation
+  int print_every = 1;         ///< steps between rank-0 lines
+};
+
+/// [checkpoint]
+struct CheckpointConfig {
+  std::string dir = "checkpoints";
+  int every = 0;               ///< steps between checkpoints (0: only at the end)
+  double every_minutes = 0;    ///< wall minutes between checkpoints (0: off)
+  int keep = 3;                ///< newest checkpoints kept
+  std::string resume = "auto"; ///< auto | never | <path>
+  bool at_end = true;          ///< write a checkpoint when the run ends
+};
+
+/// [log]
+struct LogConfig {
+  std::string timing_file = "timing.h5";  ///< per-step, per-rank HDF5 table ("" : off)
+  std::string csv_file;                   ///< optional CSV copy of the timing table
+  std::string level = "info";             ///< trace | debug | info | warn | error
+};
+
+/// [comm]
+struct CommConfig {
+  std::string wait = "yield";  ///< yield (MPI_Test + sched_yield) | block
+  std::string backend = "mpi"; ///< mpi | nccl (CUDA builds)
+};
+
+/// The resolved deck.
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  DataConfig data;
+  BalanceConfig balance;
+  OptimConfig optim;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  CommConfig comm;
+  std::string deck_path;  ///< file it was read from ("" : defaults + CLI only)
+};
+
+/// What the command line asked for besides the deck itself.
+struct CommandLine {
+  Config config;
+  bool help = false;          ///< --help: print every key (see deck_help())
+  bool print_config = false;  ///< --print-config: print the resolved deck and exit
+  std::vector<std::string> extra;  ///< program-specific flags left untouched
+};
+
+/// Parses `prog [DECK] [--section.key=value ...] [--print-config] [--help]`.
+/// The first positional argument (or -i/--input) is the deck file.
+/// \throws ConfigError for an unknown key, a malformed value, a missing deck
+///         file, or a violated single-key or cross-key rule (world size excluded).
+CommandLine parse_command_line(int argc, const char* const* argv);
+
+/// Parses a deck given as text (tests, checkpoint attributes) plus overrides.
+/// \throws ConfigError as parse_command_line.
+Config parse_deck_text(const std::string& ini_text,
+                       const std::vector<std::string>& overrides = {});
+
+/// Every rule that needs no world size; parse_* call it. \throws ConfigError.
+void validate(const Config& cfg);
+
+/// The rule dp*pp*cp*tp == world_size. \throws ConfigError naming all five.
+void validate_world(const Config& cfg, int world_size);
+
+/// The resolved deck as INI text, every key, in section order. Parsing the
+/// result gives back the same Config (it is stored in checkpoints).
+std::string to_ini(const Config& cfg);
+
+/// `--help` text: every key with its default, unit and rule.
+std::string deck_help();
+
+}  // namespace wlb::core

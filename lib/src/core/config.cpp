@@ -1,0 +1,394 @@
+// Input deck: Boost.Program_options INI parsing into typed Config structs.
+#include "wlb4d/core/config.hpp"
+
+#include "wlb4d/core/error.hpp"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace po = boost::program_options;
+
+namespace wlb::core {
+namespace {
+
+// ---- value formatting ------------------------------------------------------
+template <class T> std::string show(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, double>) {
+    std::ostringstream os;
+    os << std::setprecision(17) << v;   // round-trips through to_ini/parse
+    return os.str();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v;
+  } else {
+    return std::to_string(v);
+  }
+}
+
+// A rule returns "" when satisfied, else the rule text ("must be >= 1").
+template <class T> using Rule = std::function<std::string(const T&)>;
+
+template <class T> Rule<T> at_least(T lo) {
+  return [lo](const T& v) { return v >= lo ? std::string() : "must be >= " + show(lo); };
+}
+template <class T> Rule<T> in_range(T lo, T hi) {
+  return [lo, hi](const T& v) {
+    return (v >= lo && v <= hi) ? std::string() : "must be in [" + show(lo) + ", " + show(hi) + "]";
+  };
+}
+Rule<double> positive() {
+  return [](const double& v) { return v > 0 ? std::string() : std::string("must be > 0"); };
+}
+Rule<std::string> one_of(std::vector<std::string> allowed) {
+  return [allowed](const std::string& v) {
+    for (const auto& a : allowed) {
+      if (v == a) return std::string();
+    }
+    std::string s = "must be one of";
+    for (const auto& a : allowed) s += " " + a;
+    return s;
+  };
+}
+template <class T> Rule<T> any() {
+  return [](const T&) { return std::string(); };
+}
+
+// ---- the key table -----------------------------------------------------------
+struct KeySpec {
+  std::string name;     // section.key
+  std::string help;     // with unit
+  std::function<void(po::options_description&, const Config&)> add;
+  std::function<void(const po::variables_map&, Config&)> read;
+  std::function<std::string(const Config&)> print;
+  std::function<void(const Config&)> check;
+};
+
+template <class T>
+KeySpec make_key(const std::string& name, std::function<T&(Config&)> ref, const std::string& help,
+                 Rule<T> rule) {
+  KeySpec k;
+  k.name = name;
+  k.help = help;
+  k.add = [name, help, ref](po::options_description& od, const Config& defaults) {
+    Config d = defaults;
+    od.add_options()(name.c_str(), po::value<T>()->default_value(ref(d), show(ref(d))), help.c_str());
+  };
+  k.read = [name, ref](const po::variables_map& vm, Config& c) {
+    if (vm.count(name)) ref(c) = vm[name].as<T>();
+  };
+  k.print = [ref](const Config& c) { return show(ref(const_cast<Config&>(c))); };
+  k.check = [name, ref, rule](const Config& c) {
+    const T& v = ref(const_cast<Config&>(c));
+    std::string r = rule(v);
+    if (!r.empty()) throw ConfigError(name + "=" + show(v) + " " + r);
+  };
+  return k;
+}
+
+#define WLB_KEY(T, sec, key, help, ...) \
+  make_key<T>(#sec "." #key, [](Config& c) -> T& { return c.sec.key; }, help, __VA_ARGS__)
+
+const std::vector<KeySpec>& key_table() {
+  static const std::vector<KeySpec> table = {
+      // [model]
+      WLB_KEY(int, model, layers, "transformer blocks (count)", at_least(1)),
+      WLB_KEY(int, model, d_model, "hidden size (elements)", at_least(2)),
+      WLB_KEY(int, model, heads, "query heads (count); head_dim = d_model/heads", at_least(1)),
+      WLB_KEY(int, model, kv_heads, "key/value heads for GQA (count), divides heads", at_least(1)),
+      WLB_KEY(int, model, ffn_hidden, "SwiGLU inner size (elements)", at_least(1)),
+      WLB_KEY(double, model, rope_theta, "RoPE base frequency (dimensionless)", positive()),
+      WLB_KEY(double, model, norm_eps, "RMSNorm epsilon (dimensionless)", positive()),
+      WLB_KEY(double, model, init_std, "std of the normal init of weight matrices", positive()),
+      // [parallel]
+      WLB_KEY(int, parallel, dp, "data-parallel replicas (ranks)", at_least(1)),
+      WLB_KEY(int, parallel, pp, "pipeline stages (ranks)", at_least(1)),
+      WLB_KEY(int, parallel, cp, "context-parallel ranks per sequence", at_least(1)),
+      WLB_KEY(int, parallel, tp, "tensor-parallel ranks (split heads, FFN and vocab)", at_least(1)),
+      WLB_KEY(std::string, parallel, schedule, "pipeline schedule: gpipe|1f1b|interleaved|bfs",
+              one_of({"gpipe", "1f1b", "interleaved", "bfs"})),
+      WLB_KEY(int, parallel, virtual_stages, "model chunks per pipeline rank (interleaved, bfs)",
+              at_least(1)),
+      WLB_KEY(bool, parallel, print_coords, "print every rank's (dp,pp,cp,tp) at start-up", any<bool>()),
+      // [data]
+      WLB_KEY(std::string, data, train, "training token dataset (HDF5 path from wlb4d-prep)",
+              [](const std::string& v) { return v.empty() ? std::string("must name a file") : std::string(); }),
+      WLB_KEY(std::string, data, val, "validation token dataset (HDF5 path; empty: none)", any<std::string>()),
+      WLB_KEY(bool, data, shuffle, "seeded shuffle of document order each epoch", any<bool>()),
+      WLB_KEY(std::int64_t, data, max_docs, "use only the first N documents (count; 0: all)",
+              at_least<std::int64_t>(0)),
+      // [balance]
+      WLB_KEY(std::string, balance, packer, "document packer: fixed|greedy|wlb",
+              one_of({"fixed", "greedy", "wlb"})),
+      WLB_KEY(std::string, balance, sharding, "CP sharding: sequence|document|adaptive",
+              one_of({"sequence", "document", "adaptive"})),
+      WLB_KEY(std::int64_t, balance, max_tokens, "wlb: token cap per micro-batch (tokens; 0: train.max_seq_len)",
+              at_least<std::int64_t>(0)),
+      WLB_KEY(int, balance, max_delay, "wlb: most steps a document may wait in an outlier queue (steps)",
+              at_least(0)),
+      WLB_KEY(std::string, balance, outlier_thresholds,
+              "wlb: outlier queue thresholds (tokens, ascending, space-separated) or auto",
+              [](const std::string& v) {
+                if (v == "auto" || v == "none") return std::string();
+                std::istringstream is(v);
+                long long prev = 0, x = 0;
+                int n = 0;
+                std::string tok;
+                while (is >> tok) {
+                  try {
+                    size_t pos = 0;
+                    x = std::stoll(tok, &pos);
+                    if (pos != tok.size()) throw std::invalid_argument(tok);
+                  } catch (...) {
+                    return std::string("must be auto, none or ascending positive token counts");
+                  }
+                  if (x <= prev) return std::string("must be auto, none or ascending positive token counts");
+                  prev = x;
+                  ++n;
+                }
+                return n ? std::string() : std::string("must be auto, none or ascending positive token counts");
+              }),
+      WLB_KEY(bool, balance, calibrate, "time this build's kernels at start-up for the cost model",
+              any<bool>()),
+      WLB_KEY(double, balance, cost_a, "cost model: seconds per token per layer (calibrate=false)",
+              at_least(0.0)),
+      WLB_KEY(double, balance, cost_b, "cost model: seconds per token^2 per layer (calibrate=false)",
+              at_least(0.0)),
+      WLB_KEY(double, balance, cost_c, "cost model: seconds per micro-batch per layer", at_least(0.0)),
+      // [optim]
+      WLB_KEY(double, optim, lr, "peak learning rate", positive()),
+      WLB_KEY(double, optim, min_lr, "final learning rate of the cosine decay", at_least(0.0)),
+      WLB_KEY(int, optim, warmup_steps, "linear warm-up (steps)", at_least(0)),
+      WLB_KEY(double, optim, beta1, "AdamW beta1", in_range(0.0, 0.999999)),
+      WLB_KEY(double, optim, beta2, "AdamW beta2", in_range(0.0, 0.999999)),
+      WLB_KEY(double, optim, eps, "AdamW epsilon", positive()),
+      WLB_KEY(double, optim, weight_decay, "decoupled weight decay on matrices", at_least(0.0)),
+      WLB_KEY(double, optim, grad_clip, "max global gradient L2 norm (0: off)", at_least(0.0)),
+      // [train]
+      WLB_KEY(int, train, steps, "optimizer steps", at_least(0)),
+      WLB_KEY(int, train, micro_batches, "micro-batches per step, all DP replicas together (count)",
+              at_least(1)),
+      WLB_KEY(int, train, max_seq_len, "tokens per micro-batch of the fixed packer (tokens)", at_least(2)),
+      WLB_KEY(std::uint64_t, train, seed, "seed of the initialisation and the data order", any<std::uint64_t>()),
+      WLB_KEY(int, train, eval_every, "steps between validations (0: never)", at_least(0)),
+      WLB_KEY(std::int64_t, train, eval_tokens, "tokens per validation (tokens)", at_least<std::int64_t>(1)),
+      WLB_KEY(int, train, print_every, "steps between rank-0 progress lines", at_least(1)),
+      // [checkpoint]
+      WLB_KEY(std::string, checkpoint, dir, "checkpoint directory", any<std::string>()),
+      WLB_KEY(int, checkpoint, every, "steps between checkpoints (0: off)", at_least(0)),
+      WLB_KEY(double, checkpoint, every_minutes, "wall-clock minutes between checkpoints (0: off)",
+              at_least(0.0)),
+      WLB_KEY(int, checkpoint, keep, "newest checkpoints kept (count)", at_least(1)),
+      WLB_KEY(std::string, checkpoint, resume, "auto|never|<checkpoint path>",
+              [](const std::string& v) { return v.empty() ? std::string("must be auto, never or a path") : std::string(); }),
+      WLB_KEY(bool, checkpoint, at_end, "write a checkpoint when the run ends", any<bool>()),
+      // [log]
+      WLB_KEY(std::string, log, timing_file, "per-step per-rank timing table (HDF5 path; empty: off)",
+              any<std::string>()),
+      WLB_KEY(std::string, log, csv_file, "CSV copy of the timing table (path; empty: off)", any<std::string>()),
+      WLB_KEY(std::string, log, level, "log level: trace|debug|info|warn|error",
+              one_of({"trace", "debug", "info", "warn", "error"})),
+      // [comm]
+      WLB_KEY(std::string, comm, wait, "yield (MPI_Test + sched_yield; oversubscribed) | block",
+              one_of({"yield", "block"})),
+      WLB_KEY(std::string, comm, backend, "collective backend: mpi | nccl (CUDA builds)",
+              one_of({"mpi", "nccl"})),
+  };
+  return table;
+}
+#undef WLB_KEY
+
+po::options_description deck_options() {
+  po::options_description od("Deck keys ([section] key = value in the deck, or --section.key=value)");
+  Config defaults;
+  for (const auto& k : key_table()) k.add(od, defaults);
+  return od;
+}
+
+// No prefix guessing: --model.layer must not silently mean --model.layers.
+constexpr int kCliStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
+std::string section_of(const std::string& name) { return name.substr(0, name.find('.')); }
+
+// Translate Boost's exceptions into messages that name key, value and rule.
+[[noreturn]] void rethrow_po(const po::error& e, const std::string& where) {
+  if (auto* u = dynamic_cast<const po::unknown_option*>(&e)) {
+    std::string key = u->get_option_name();
+    while (!key.empty() && key[0] == '-') key.erase(0, 1);
+    throw ConfigError("unknown key '" + key + "'" + where +
+                      ": not a deck key (see --help for the list)");
+  }
+  if (auto* iv = dynamic_cast<const po::validation_error*>(&e)) {
+    std::string key = iv->get_option_name();
+    while (!key.empty() && key[0] == '-') key.erase(0, 1);
+    throw ConfigError(std::string("malformed value for ") + key + where + ": " + e.what());
+  }
+  if (dynamic_cast<const po::multiple_occurrences*>(&e)) {
+    throw ConfigError(std::string("key given twice") + where + ": " + e.what());
+  }
+  throw ConfigError(std::string("deck error") + where + ": " + e.what());
+}
+
+Config from_vm(const po::variables_map& vm) {
+  Config c;
+  for (const auto& k : key_table()) k.read(vm, c);
+  return c;
+}
+
+void parse_ini_stream(std::istream& in, const po::options_description& od, po::variables_map& vm,
+                      const std::string& where) {
+  try {
+    po::store(po::parse_config_file(in, od, /*allow_unregistered=*/false), vm);
+  } catch (const po::error& e) {
+    rethrow_po(e, where);
+  }
+}
+
+}  // namespace
+
+void validate(const Config& c) {
+  for (const auto& k : key_table()) k.check(c);
+  const auto& m = c.model;
+  const auto& p = c.parallel;
+  auto fail = [](const std::string& s) { throw ConfigError(s); };
+  if (m.d_model % m.heads != 0)
+    fail(fmt::format("model.heads={} must divide model.d_model={}", m.heads, m.d_model));
+  if (m.head_dim() % 2 != 0)
+    fail(fmt::format("model.d_model/model.heads={} must be even (RoPE rotates pairs)", m.head_dim()));
+  if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
+    fail(fmt::format("model.kv_heads={} must divide model.heads={} (GQA)", m.kv_heads, m.heads));
+  if (m.heads % p.tp != 0)
+    fail(fmt::format("parallel.tp={} must divide model.heads={}", p.tp, m.heads));
+  if (m.kv_heads % p.tp != 0)
+    fail(fmt::format("parallel.tp={} must divide model.kv_heads={}", p.tp, m.kv_heads));
+  if (m.ffn_hidden % p.tp != 0)
+    fail(fmt::format("parallel.tp={} must divide model.ffn_hidden={}", p.tp, m.ffn_hidden));
+  if (m.layers < p.pp * p.virtual_stages)
+    fail(fmt::format("model.layers={} must be >= parallel.pp*parallel.virtual_stages={} (every stage needs a layer)",
+                     m.layers, p.pp * p.virtual_stages));
+  if (p.virtual_stages > 1 && p.schedule != "interleaved" && p.schedule != "bfs")
+    fail(fmt::format("parallel.virtual_stages={} needs parallel.schedule=interleaved or bfs (got {})",
+                     p.virtual_stages, p.schedule));
+  if (c.train.micro_batches % p.dp != 0)
+    fail(fmt::format("parallel.dp={} must divide train.micro_batches={}", p.dp, c.train.micro_batches));
+  if (c.optim.min_lr > c.optim.lr)
+    fail(fmt::format("optim.min_lr={} must be <= optim.lr={}", c.optim.min_lr, c.optim.lr));
+  if (c.balance.max_tokens != 0 && c.balance.max_tokens < c.train.max_seq_len)
+    fail(fmt::format("balance.max_tokens={} must be 0 or >= train.max_seq_len={}", c.balance.max_tokens,
+                     c.train.max_seq_len));
+  if (!c.balance.calibrate && c.balance.cost_a == 0 && c.balance.cost_b == 0)
+    fail("balance.calibrate=false needs balance.cost_a or balance.cost_b > 0 (the cost model)");
+}
+
+void validate_world(const Config& c, int world_size) {
+  const auto& p = c.parallel;
+  if (p.world() != world_size)
+    throw ConfigError(fmt::format(
+        "parallel.dp*pp*cp*tp = {}*{}*{}*{} = {} must equal the number of MPI ranks ({})", p.dp, p.pp,
+        p.cp, p.tp, p.world(), world_size));
+}
+
+Config parse_deck_text(const std::string& ini_text, const std::vector<std::string>& overrides) {
+  auto od = deck_options();
+  po::variables_map vm;
+  if (!overrides.empty()) {
+    std::vector<std::string> args;
+    for (const auto& o : overrides) args.push_back(o.rfind("--", 0) == 0 ? o : "--" + o);
+    try {
+      po::store(po::command_line_parser(args).options(od).style(kCliStyle).run(), vm);
+    } catch (const po::error& e) {
+      rethrow_po(e, " on the command line");
+    }
+  }
+  std::istringstream in(ini_text);
+  parse_ini_stream(in, od, vm, " in the deck");
+  po::notify(vm);
+  Config c = from_vm(vm);
+  validate(c);
+  return c;
+}
+
+CommandLine parse_command_line(int argc, const char* const* argv) {
+  auto od = deck_options();
+  po::options_description general("General");
+  general.add_options()("help,h", "print every deck key with its default, unit and rule")(
+      "print-config", "print the resolved deck (INI) and exit")(
+      "input,i", po::value<std::string>(), "deck file (INI); also the first positional argument");
+  po::options_description all;
+  all.add(general).add(od);
+  po::positional_options_description pos;
+  pos.add("input", 1);
+
+  CommandLine out;
+  po::variables_map vm;
+  try {
+    auto parsed = po::command_line_parser(argc, argv)
+                      .options(all)
+                      .positional(pos)
+                      .style(kCliStyle)
+                      .allow_unregistered()
+                      .run();
+    // Unregistered tokens that look like deck keys (contain a dot) are typos:
+    // reject them here; the rest are program-specific flags (e.g. --csv).
+    for (const auto& opt : parsed.options) {
+      if (!opt.unregistered) continue;
+      if (opt.string_key.find('.') != std::string::npos)
+        throw ConfigError("unknown key '" + opt.string_key +
+                          "' on the command line: not a deck key (see --help for the list)");
+      for (const auto& tok : opt.original_tokens) out.extra.push_back(tok);
+    }
+    po::store(parsed, vm);  // CLI first: the first stored value wins
+  } catch (const po::error& e) {
+    rethrow_po(e, " on the command line");
+  }
+  out.help = vm.count("help") > 0;
+  out.print_config = vm.count("print-config") > 0;
+  if (vm.count("input")) {
+    const std::string path = vm["input"].as<std::string>();
+    std::ifstream in(path);
+    if (!in) throw ConfigError("deck file '" + path + "' cannot be opened (missing or unreadable)");
+    parse_ini_stream(in, od, vm, " in deck '" + path + "'");
+    out.config.deck_path = path;
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    rethrow_po(e, "");
+  }
+  std::string deck_path = out.config.deck_path;
+  out.config = from_vm(vm);
+  out.config.deck_path = deck_path;
+  if (!out.help) validate(out.config);
+  return out;
+}
+
+std::string to_ini(const Config& c) {
+  std::string out, section;
+  for (const auto& k : key_table()) {
+    std::string s = section_of(k.name);
+    if (s != section) {
+      out += (section.empty() ? "" : "\n") + std::string("[") + s + "]\n";
+      section = s;
+    }
+    out += k.name.substr(s.size() + 1) + " = " + k.print(c) + "\n";
+  }
+  return out;
+}
+
+std::string deck_help() {
+  std::ostringstream os;
+  os << "Usage: wlb4d DECK.ini [--section.key=value ...] [--print-config] [--help]\n\n"
+     << "Every key below can be set in the deck ([section] key = value) or\n"
+     << "overridden on the command line (--section.key=value). Unknown keys are errors.\n\n";
+  os << deck_options();
+  return os.str();
+}
+
+}  // namespace wlb::core

@@ -1,0 +1,57 @@
+#include "wlb4d/core/mpi_main.hpp"
+
+#include "wlb4d/core/error.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <cstdio>
+#include <chrono>
+#include <exception>
+#include <thread>
+
+namespace wlb::core {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  const int rank = world_rank();
+  int code = 0;
+  bool abort_job = false;
+  Kokkos::initialize(argc, argv);
+  try {
+    code = body(argc, argv);
+  } catch (const ConfigError& e) {
+    // Every rank parsed the same deck: all of them get here; exit together.
+    std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[r%d] wlb4d: error: %s\n", rank, e.what());
+    code = 1;
+    abort_job = true;
+  }
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (abort_job && world_size() > 1) {
+    // Give ranks that fail the same way a moment to print their own message
+    // before the abort tears the job down.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  Kokkos::finalize();
+  MPI_Finalize();
+  return code;
+}
+
+}  // namespace wlb::core
