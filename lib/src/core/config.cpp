@@ -200,6 +200,19 @@ const std::vector<KeySpec>& key_table() {
               one_of({"yield", "block"})),
       WLB_KEY(std::string, comm, backend, "collective backend: mpi | nccl (CUDA builds)",
               one_of({"mpi", "nccl"})),
+      // [plan]
+      WLB_KEY(std::string, plan, lengths, "wlb4d-plan: document lengths (JSON array file or HDF5 dataset)",
+              any<std::string>()),
+      WLB_KEY(int, plan, steps, "wlb4d-plan: simulated steps", at_least(1)),
+      WLB_KEY(std::string, plan, packers, "wlb4d-plan: packers to compare (space-separated)", any<std::string>()),
+      WLB_KEY(std::string, plan, shardings, "wlb4d-plan: CP shardings to compare (space-separated)",
+              any<std::string>()),
+      WLB_KEY(double, plan, alpha_s, "wlb4d-plan: per-message latency of the alpha-beta model (seconds)",
+              at_least(0.0)),
+      WLB_KEY(double, plan, beta_s_per_byte, "wlb4d-plan: seconds per byte of the alpha-beta model",
+              at_least(0.0)),
+      WLB_KEY(double, plan, flops_per_s, "wlb4d-plan: sustained GEMM throughput per device (FLOP/s)",
+              positive()),
   };
   return table;
 }

@@ -104,6 +104,19 @@ struct CommConfig {
   std::string backend = "mpi"; ///< mpi | nccl (CUDA builds)
 };
 
+/// [plan] the cluster-scale simulator wlb4d-plan (no MPI run needed). It
+/// reuses [model], [parallel], [train] and [balance] (cost_a/b/c with
+/// calibrate=false) and adds what only a simulation needs.
+struct PlanConfig {
+  std::string lengths;           ///< document lengths: JSON array file or HDF5 token dataset
+  int steps = 50;                ///< simulated optimizer steps
+  std::string packers = "fixed greedy wlb";            ///< packers to compare
+  std::string shardings = "sequence document adaptive";  ///< CP shardings to compare
+  double alpha_s = 5e-6;         ///< α–β comm model: latency per message (seconds)
+  double beta_s_per_byte = 2e-11;  ///< α–β comm model: seconds per byte (1/bandwidth)
+  double flops_per_s = 4e14;     ///< sustained GEMM FLOP/s per GPU for the linear-layer term
+};
+
 /// The resolved deck.
 struct Config {
   ModelConfig model;
@@ -115,6 +128,7 @@ struct Config {
   CheckpointConfig checkpoint;
   LogConfig log;
   CommConfig comm;
+  PlanConfig plan;
   std::string deck_path;  ///< file it was read from ("" : defaults + CLI only)
 };
 
