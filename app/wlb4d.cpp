@@ -1,28 +1,42 @@
-// wlb4d — the training driver: MPI + Kokkos start-up, deck, Trainer.
+// wlb4d — the training driver: MPI + Kokkos start-up, deck, process grid, Trainer.
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/log.hpp"
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
+#include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/train/trainer.hpp"
+
+#include <Kokkos_Core.hpp>
 
 #include <cstdio>
 
 int main(int argc, char** argv) {
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
-    using namespace wlb::core;
-    CommandLine cl = parse_command_line(ac, av);
+    using namespace wlb;
+    core::CommandLine cl = core::parse_command_line(ac, av);
+    const int rank = core::world_rank();
     if (cl.help) {
-      if (world_rank() == 0) std::printf("wlb4d %s (%s)\n%s", kVersion, kGitSha, deck_help().c_str());
+      if (rank == 0) std::printf("wlb4d %s (%s)\n%s", core::kVersion, core::kGitSha, core::deck_help().c_str());
       return 0;
     }
-    if (!cl.extra.empty()) throw ConfigError("unknown command-line argument '" + cl.extra.front() + "'");
+    if (!cl.extra.empty()) throw core::ConfigError("unknown command-line argument '" + cl.extra.front() + "'");
     if (cl.print_config) {
-      if (world_rank() == 0) std::printf("%s", to_ini(cl.config).c_str());
+      if (rank == 0) std::printf("%s", core::to_ini(cl.config).c_str());
       return 0;
     }
-    validate_world(cl.config, world_size());
-    init_logging(world_rank(), cl.config.log.level);
-    spdlog::info("wlb4d {} ({}): deck {}", kVersion, kGitSha, cl.config.deck_path);
+    const core::Config& cfg = cl.config;
+    core::validate_world(cfg, core::world_size());
+    core::init_logging(rank, cfg.log.level);
+    const auto& p = cfg.parallel;
+    grid::ProcessGrid grid(p.dp, p.pp, p.cp, p.tp,
+                           cfg.comm.wait == "block" ? comm::WaitMode::Block : comm::WaitMode::Yield);
+    spdlog::info("wlb4d {} ({}) | deck {} | {} ranks: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}",
+                 core::kVersion, core::kGitSha, cfg.deck_path.empty() ? "(defaults)" : cfg.deck_path,
+                 grid.world_size(), p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding);
+    if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
+    train::Trainer trainer(cfg, grid);
+    trainer.run();
     return 0;
   });
 }

@@ -67,6 +67,25 @@ struct StepPlan {
   std::int64_t target_tokens = 0;
   /// Σ tokens over the whole step.
   std::int64_t tokens = 0;
+
+  // --- Additions (balance packers fill these; the trainer may log them) ---
+  /// Waiting time of this step's spans, token-weighted: Σ over spans of
+  /// length × (step − arrival step), in token·steps. A span "arrives" at the
+  /// step whose token budget first took it from the DocSource; only the wlb
+  /// packer's outlier queues and leftovers make it wait (fixed/greedy: 0).
+  /// Mean per-token delay (reference/wlb-llm.md §2.3) = delay_token_steps / tokens.
+  std::int64_t delay_token_steps = 0;
+  /// Largest wait of any span of this step (steps); wlb guarantees <= balance.max_delay.
+  std::int64_t max_delay_steps = 0;
+  /// Spans of this step that waited at least one step (count).
+  std::int64_t delayed_spans = 0;
+
+  /// Micro-batches over all replicas (count).
+  std::int64_t num_micro_batches() const {
+    std::int64_t n = 0;
+    for (const auto& r : micro_batches) n += static_cast<std::int64_t>(r.size());
+    return n;
+  }
 };
 
 }  // namespace wlb::balance

@@ -16,6 +16,23 @@
 /// All buffers are contiguous Kokkos Views (any rank, LayoutRight) in MemSpace
 /// or HostSpace; element counts and displacements are in elements.
 /// Errors: every call throws wlb::core::CommError with the MPI error text.
+///
+/// Implementation notes (lib/src/comm/communicator.cpp):
+/// - Wrapping a communicator sets MPI_ERRORS_RETURN on it (also on
+///   MPI_COMM_WORLD/SELF through world()/self()), so MPI failures come back as
+///   codes that are translated with MPI_Error_string into CommError.
+/// - MPI counts are `int`. allreduce, broadcast, send and recv split a buffer of
+///   more than INT_MAX elements into consecutive messages (both sides split the
+///   same way). allgather/reduce_scatter with a per-rank count > INT_MAX and
+///   allgatherv with send_count > INT_MAX throw CommError.
+/// - recv checks that the message had exactly `count` elements (CommError
+///   otherwise): message sizes are known from the step plan, a mismatch is a bug.
+/// - allreduce is in place (MPI_IN_PLACE). reduce_scatter(v) always sums.
+/// - A default-constructed Communicator (or one wrapping MPI_COMM_NULL) throws
+///   CommError on every call.
+/// - Explicitly instantiated for float, double, int32_t, int64_t, uint32_t,
+///   uint64_t, char, signed char (int8_t) and unsigned char (uint8_t). MPI has
+///   no reductions on `char` (MPI_CHAR is text); use int8_t/uint8_t to reduce bytes.
 
 #include "wlb4d/core/types.hpp"
 
@@ -85,6 +102,10 @@ class Communicator {
 
  private:
   void wait(MPI_Request& req) const;
+  /// As wait(req), filling *status (recv needs the element count).
+  void wait(MPI_Request& req, MPI_Status* status) const;
+  /// Throws CommError unless this wraps a live communicator.
+  void check_live(const char* what) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::shared_ptr<MPI_Comm> owner_;
   WaitMode wait_ = WaitMode::Yield;
@@ -92,7 +113,16 @@ class Communicator {
   int size_ = 1;
 };
 
-/// MPI datatype of T (float, double, int32, int64, uint32, uint64, char).
+/// MPI datatype of T (float, double, int32, int64, uint32, uint64, char,
+/// int8/signed char, uint8/unsigned char). Other types do not link.
 template <class T> MPI_Datatype mpi_type();
+
+namespace detail {
+/// Largest element count sent in one MPI call (default INT_MAX). Test hook:
+/// lowering it exercises the > INT_MAX splitting path with small buffers.
+/// Must be set identically on every rank. \throws CommError if 0 or > INT_MAX.
+void set_max_message_elements(std::size_t n);
+std::size_t max_message_elements();
+}  // namespace detail
 
 }  // namespace wlb::comm

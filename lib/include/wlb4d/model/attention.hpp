@@ -32,7 +32,8 @@
 ///   lse              : [Hq][T]       natural-log log-sum-exp of the scaled scores
 ///   kv_lo, kv_hi     : [T] int32     inclusive key range of each query
 /// GQA: query head h reads kv head h / (Hq / Hkv); Hq must be a multiple of Hkv.
-/// D (head dim) is any positive size; it is fastest for multiples of 16.
+/// D (head dim) is any positive size; it is padded to a multiple of 8 (fp32 without AVX,
+/// fp64 with AVX), 16 (fp32 with AVX) or 4 (fp64 without AVX) in scratch.
 ///
 /// Units. scale is the softmax temperature applied to q·k (normally
 /// 1/sqrt(D)); lse is in the units of scale·q·k (nats).

@@ -1,0 +1,121 @@
+#pragma once
+/// \file dataset.hpp
+/// \brief The HDF5 token dataset (DESIGN §7, docs/data.md): writer and reader.
+///
+/// Layout (format "wlb4d-tokens", format_version 1):
+/// - `/tokens`      uint32 [num_tokens], chunked: every document's tokens
+///                  followed by EOS, documents concatenated in order.
+/// - `/doc_offsets` uint64 [num_docs + 1]: document d is
+///                  tokens[doc_offsets[d], doc_offsets[d+1]) (its EOS last);
+///                  doc_offsets[0] = 0, strictly increasing, last = num_tokens.
+/// - `/tokenizer/model` uint8 [n]: serialized sentencepiece model (only when
+///                  tokenizer = "sentencepiece").
+/// - root attributes: format (string), format_version (int), vocab_size (int),
+///   eos_id (int), tokenizer ("bytes" | "sentencepiece"), source (string),
+///   num_docs, num_tokens (int, informational), writer (string).
+
+#include "wlb4d/core/types.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace wlb::data {
+
+inline constexpr const char* kTokenFormat = "wlb4d-tokens";
+inline constexpr int kTokenFormatVersion = 1;
+
+/// Read-only view of a token dataset. Holds the HDF5 file open (RAII; movable,
+/// not copyable). doc_offsets are loaded at open; tokens are read on demand,
+/// only the requested hyperslab.
+///
+/// Errors: every failure throws core::DataError naming the file, the dataset
+/// and the rule (missing file; not HDF5 / truncated; missing dataset or
+/// attribute; wrong dtype or rank; offsets not starting at 0, not strictly
+/// increasing or not ending at num_tokens; a token >= vocab_size on read; a
+/// span outside the document or dataset).
+class TokenDataset {
+ public:
+  /// Serial open: each rank opens the file read-only itself (no MPI needed).
+  static TokenDataset open(const std::string& path);
+  /// Collective open with the MPI-IO driver: every rank of comm must call it
+  /// (and destroy the object) together. Rank 0 reads /doc_offsets and
+  /// broadcasts them; a schema error is thrown on every rank. Later reads are
+  /// independent (any rank may read any span at any time).
+  static TokenDataset open(const std::string& path, MPI_Comm comm);
+
+  TokenDataset(TokenDataset&&) noexcept;
+  TokenDataset& operator=(TokenDataset&&) noexcept;
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+  ~TokenDataset();
+
+  std::int64_t num_docs() const;
+  std::int64_t num_tokens() const;
+  int vocab_size() const;
+  int eos_id() const;
+  /// "bytes" or "sentencepiece".
+  const std::string& tokenizer() const;
+  /// The path given to open().
+  const std::string& path() const;
+  /// The `source` attribute (what the dataset was prepared from).
+  const std::string& source() const;
+  /// num_docs()+1 offsets into /tokens, loaded at open.
+  const std::vector<std::uint64_t>& doc_offsets() const;
+  /// Tokens of document doc, including its EOS. \throws DataError when doc is out of range.
+  std::int64_t doc_length(std::int64_t doc) const;
+  /// Reads tokens [offset, offset+length) of document doc into out[0, length).
+  /// \throws DataError when the span leaves the document or a token >= vocab_size.
+  void read(std::int64_t doc, std::int64_t offset, std::int64_t length, token_t* out) const;
+  /// Reads global tokens [begin, begin+count) (may cross documents) into out.
+  /// \throws DataError when the range leaves [0, num_tokens) or a token >= vocab_size.
+  void read_tokens(std::int64_t begin, std::int64_t count, token_t* out) const;
+  /// "path=<abs path>;size=<bytes>;mtime=<ns>;docs=<n>;tokens=<n>;offsets_fnv1a=<hex>":
+  /// stored in checkpoints to detect a changed dataset on resume.
+  std::string identity() const;
+  /// Serialized sentencepiece model ("" for the bytes tokenizer); read at open.
+  std::string tokenizer_model() const;
+
+ private:
+  struct Impl;
+  explicit TokenDataset(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Writes a token dataset serially, streaming: documents are appended one by
+/// one and the file is written as `<path>.tmp`, renamed to `<path>` by
+/// finish() (so a crash never leaves a file that looks complete).
+class TokenDatasetWriter {
+ public:
+  struct Options {
+    std::int64_t chunk_tokens = 1 << 16;  ///< /tokens chunk: 64 Ki tokens = 256 KiB
+  };
+  /// \param tokenizer "bytes" or "sentencepiece"; model is the serialized
+  ///        sentencepiece model (required for sentencepiece, "" for bytes).
+  /// \throws DataError when the file cannot be created or arguments are invalid.
+  TokenDatasetWriter(const std::string& path, const std::string& tokenizer, int vocab_size, int eos_id,
+                     const std::string& source, const std::string& model);
+  TokenDatasetWriter(const std::string& path, const std::string& tokenizer, int vocab_size, int eos_id,
+                     const std::string& source, const std::string& model, const Options& opts);
+  /// Abandons an unfinished file (removes `<path>.tmp`).
+  ~TokenDatasetWriter();
+  TokenDatasetWriter(const TokenDatasetWriter&) = delete;
+  TokenDatasetWriter& operator=(const TokenDatasetWriter&) = delete;
+
+  /// Appends one document: its tokens, then EOS. tokens must not contain EOS
+  /// and every id must be < vocab_size. \throws DataError otherwise.
+  void append(const std::vector<token_t>& tokens);
+  /// Writes /doc_offsets and the count attributes, closes and renames.
+  void finish();
+  std::int64_t num_docs() const;
+  std::int64_t num_tokens() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wlb::data

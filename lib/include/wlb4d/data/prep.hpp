@@ -1,0 +1,68 @@
+#pragma once
+/// \file prep.hpp
+/// \brief Corpus -> HDF5 token dataset(s): the logic behind `wlb4d-prep`.
+///
+/// Steps: read the corpus (corpus.hpp rules), keep the first max_docs
+/// documents, split them by document into train/validation with a seeded
+/// permutation, build the tokenizer (bytes; or sentencepiece trained on the
+/// training documents, or loaded from --spm-model), encode and write each
+/// split with TokenDatasetWriter.
+
+#include "wlb4d/data/corpus.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wlb::data {
+
+struct PrepOptions {
+  std::vector<std::string> inputs;  ///< files or directories (corpus.hpp)
+  std::string output;               ///< training dataset (.h5)
+  std::string tokenizer = "bytes";  ///< "bytes" | "sentencepiece"
+  int vocab_size = 8192;            ///< sentencepiece training vocabulary
+  std::string spm_model;            ///< existing .model instead of training
+  double val_fraction = 0.0;        ///< fraction of documents for validation, [0, 1)
+  std::string val_output;           ///< validation dataset (required when val_fraction > 0)
+  std::uint64_t seed = 1234;        ///< split (and sentencepiece sampling) seed
+  std::int64_t max_docs = -1;       ///< first N documents only (< 0: all)
+  bool help = false;                ///< --help was given
+};
+
+/// Parses wlb4d-prep's command line (Boost.Program_options) and validates it.
+/// \throws core::ConfigError naming the option and the rule.
+PrepOptions parse_prep_args(int argc, const char* const* argv);
+/// The --help text, including the corpus rules.
+std::string prep_help();
+
+/// One written dataset. Lengths are in tokens, including EOS; percentiles by
+/// nearest rank.
+struct SplitSummary {
+  std::string path;
+  std::int64_t docs = 0, tokens = 0;
+  std::int64_t p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+
+struct PrepSummary {
+  CorpusStats corpus;
+  std::string tokenizer;
+  int vocab_size = 0;
+  int eos_id = 0;
+  SplitSummary train;
+  bool has_val = false;
+  SplitSummary val;
+  double read_s = 0, tokenizer_s = 0, write_s = 0, total_s = 0;  ///< wall seconds
+};
+
+/// Runs the whole preparation.
+/// \throws core::ConfigError for invalid options, core::DataError for input,
+///         tokenizer or output failures (and when no document is left).
+PrepSummary run_prep(const PrepOptions& opts);
+
+/// Nearest-rank percentile (p in (0, 100]) of sorted values; 0 when empty.
+std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p);
+
+/// The summary wlb4d-prep prints (several lines, each starting "wlb4d-prep:").
+std::string format_summary(const PrepSummary& s);
+
+}  // namespace wlb::data

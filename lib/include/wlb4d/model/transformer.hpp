@@ -1,0 +1,220 @@
+#pragma once
+/// \file transformer.hpp
+/// \brief One pipeline stage of the Llama-style decoder (Touvron et al. 2023,
+/// "LLaMA", §2.2): forward and hand-written backward, tensor-parallel.
+///
+/// Model (DESIGN §2 step 5):
+///   h_0 = Embed(ids)                                         (first stage)
+///   per layer l:  a   = h + Wo·Attn(RoPE(Wq·n1), RoPE(Wk·n1), Wv·n1),  n1 = RMSNorm(h)
+///                 h'  = a + W_down·(silu(W_gate·n2) ∘ W_up·n2),          n2 = RMSNorm(a)
+///   loss = Σ_{t: label ≥ 0} CE(LMHead(RMSNorm(h_L))_t, label_t)          (last stage)
+/// No biases; LM head untied from the embedding. Attention: attention.hpp
+/// (document-causal mask from kv_lo/kv_hi, GQA, scale 1/sqrt(D)); RoPE
+/// half-split pairing (layers.hpp).
+///
+/// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, §3, Fig. 3): Wq,
+/// Wk, Wv, W_gate, W_up are column-parallel (this rank's heads / FFN
+/// columns); Wo and W_down are row-parallel and their outputs are all-reduced
+/// over TP (operator g); the gradient of every column-parallel block's input
+/// is all-reduced in backward (operator f). Embedding and LM head split the
+/// vocabulary (vocab-parallel embedding + cross-entropy). Every collective is
+/// skipped when the TP communicator has size 1, so a one-rank model calls no
+/// MPI at all.
+///
+/// Context parallelism hook: the keys/values attention reads come from a
+/// KvExchange (identity by default). A CP implementation all-gathers K/V over
+/// the CP group in gather() and reduce-scatters dK/dV in reduce_scatter()
+/// (DESIGN §5); the model is otherwise unchanged (kv_lo/kv_hi are then in
+/// gathered-key order).
+///
+/// Memory: activations saved for the backward live in per-slot workspaces
+/// allocated once at construction (capacity max_tokens tokens per slot);
+/// gradients of activations live in one scratch workspace shared by all slots
+/// (backward passes run one at a time). forward/backward allocate nothing.
+/// Per slot and layer: (4·d + 2·Hq_l·D + 2·Hkv_l·D + Hq_l + 3·F_l + 2)·C
+/// elements (Hq_l, Hkv_l, F_l: this rank's shard; C = max_tokens).
+///
+/// FLOP counting (per optimizer step, the PaLM / Megatron-LM "model FLOPs"
+/// convention, Chowdhery et al. 2022 App. B; no recomputation counted):
+///   model_flops = 6 · N_mm · tokens + 12 · layers · Hq · D · pairs
+/// where N_mm = layers·(2·d·Hq·D + 2·d·Hkv·D + 3·d·F) + V·d are the parameters
+/// used in matmuls (embedding lookup and norm weights excluded; LM head
+/// included), tokens = Σ T, and pairs = Σ_i (kv_hi[i] − kv_lo[i] + 1) =
+/// Σ_documents d(d+1)/2 (query/key pairs per head under the mask). The
+/// attention term is 3 × the forward's 4·D·Hq·pairs (backward = 2 × forward,
+/// like the 6N term; attention.hpp's kernel-level counter uses FA-2's 2.5).
+
+#include "wlb4d/comm/communicator.hpp"
+#include "wlb4d/core/config.hpp"
+#include "wlb4d/core/types.hpp"
+#include "wlb4d/model/batch.hpp"
+#include "wlb4d/model/params.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace wlb::model {
+
+/// Parameters that take part in matmuls, N_mm of the FLOP formula (global, all layers).
+std::int64_t matmul_params(const core::ModelConfig& cfg, std::int64_t vocab);
+
+/// Model FLOPs of forward + backward over `tokens` tokens with `pairs`
+/// attention (query, key) pairs per head per layer (see the file comment;
+/// unit: FLOP, whole model, all ranks together).
+double model_flops(const core::ModelConfig& cfg, std::int64_t vocab, std::int64_t tokens, std::int64_t pairs);
+
+/// Source of the keys/values attention reads (the CP hook). The default
+/// implementation is the identity (no context parallelism). Shapes: local
+/// k, v, dk, dv are [T][Hkv_l][D]; gathered ones [S][Hkv_l][D].
+template <class Scalar>
+class KvExchange {
+ public:
+  virtual ~KvExchange() = default;
+  /// K/V that the T local queries attend to. Called in forward and again in
+  /// backward with the same arguments (an implementation may cache per
+  /// (layer, slot) or gather again). Identity: returns {k, v}.
+  virtual std::pair<View3<Scalar>, View3<Scalar>> gather(int layer, int slot, const View3<Scalar>& k,
+                                                         const View3<Scalar>& v) {
+    (void)layer;
+    (void)slot;
+    return {k, v};
+  }
+  /// Buffers [S][Hkv_l][D] into which attention writes dK/dV of the gathered
+  /// keys. Identity: {dk, dv} (the local gradient buffers themselves).
+  virtual std::pair<View3<Scalar>, View3<Scalar>> grad_buffers(int layer, int slot, const View3<Scalar>& dk,
+                                                               const View3<Scalar>& dv) {
+    (void)layer;
+    (void)slot;
+    return {dk, dv};
+  }
+  /// dk, dv (local) = reduce-scatter over CP of dk_all, dv_all. Identity: no-op.
+  virtual void reduce_scatter(int layer, int slot, const View3<Scalar>& dk_all, const View3<Scalar>& dv_all,
+                              const View3<Scalar>& dk, const View3<Scalar>& dv) {
+    (void)layer;
+    (void)slot;
+    (void)dk_all;
+    (void)dv_all;
+    (void)dk;
+    (void)dv;
+  }
+};
+
+/// Result of Transformer::forward.
+template <class Scalar>
+struct StageOutput {
+  /// Non-last stage: the stage's output hidden states [T][d] (a window into
+  /// the slot's workspace, valid until the next forward on the same slot).
+  /// Last stage: empty.
+  View2<Scalar> hidden;
+  /// Last stage: Σ cross-entropy over the micro-batch's target tokens (nats,
+  /// a sum, not a mean; identical on every TP rank). Otherwise 0.
+  double loss = 0;
+};
+
+/// One pipeline stage (one rank: the whole model) of one TP shard.
+///
+/// Use for one micro-batch on one rank (pp = tp = 1):
+/// \code
+///   Transformer<float> model(cfg.model, vocab, ModelShard{}, comm::Communicator::self(), 1, max_tokens);
+///   model.params().init_parameters(cfg.train.seed);
+///   model.zero_grad();                                   // once per step
+///   auto mb = make_micro_batch(micro_batch.cu_seqlens(), ids);
+///   double loss_sum = model.forward(0, mb).loss;         // Σ CE
+///   model.backward(0, mb, {}, 1.0 / plan.target_tokens); // grads += d(loss_sum/N)/dθ
+///   // ... after all micro-batches: reduce grads over DP×CP, optimizer on params()
+/// \endcode
+/// A middle stage passes the received hidden states to forward() and the
+/// received output gradient to backward(), and sends what they return.
+template <class Scalar>
+class Transformer {
+ public:
+  /// \param cfg        model shape; \param vocab vocabulary size (dataset)
+  /// \param stage      layers and embedding/head this rank holds; its tp_rank
+  ///                   and tp_size must equal tp.rank() and tp.size()
+  /// \param tp         tensor-parallel communicator (size 1: no collectives)
+  /// \param slots      micro-batches in flight (forwards whose backward is pending)
+  /// \param max_tokens workspace capacity: most tokens of one micro-batch
+  /// \throws wlb::core::ConfigError from validate_shard(); std::invalid_argument
+  ///         if slots < 1, max_tokens < 1 or stage's TP fields differ from tp.
+  Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage, comm::Communicator tp,
+              int slots, std::int64_t max_tokens);
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  ParamRegistry<Scalar>& params() { return params_; }
+  const ParamRegistry<Scalar>& params() const { return params_; }
+  /// Sets every gradient to 0 (start of a step); backward() accumulates.
+  void zero_grad() { params_.zero_grad(); }
+
+  /// Forward of micro-batch `mb` into workspace `slot` (whose previous
+  /// backward must be done).
+  /// \param input_hidden non-first stage: [≥T][d] hidden states from the
+  ///        previous stage (copied; the caller may reuse it). First stage: ignored
+  ///        (mb.token_ids is read).
+  /// \throws std::invalid_argument for a bad slot, T > max_tokens, T = 0, or
+  ///         missing inputs; std::logic_error if the slot's backward is pending.
+  StageOutput<Scalar> forward(int slot, const MicroBatchInput& mb, const View2<Scalar>& input_hidden = {});
+
+  /// Backward of the forward stored in `slot`; adds the parameter gradients of
+  /// (grad_scale · loss) (last stage) or of ⟨grad_output, output⟩ (other
+  /// stages) to params().grads().
+  /// \param grad_output non-last stage: [≥T][d] gradient w.r.t. the stage
+  ///        output. Last stage: ignored.
+  /// \param grad_scale  last stage: multiplies dloss (normally 1 / target
+  ///        tokens of the step). Otherwise ignored.
+  /// \return non-first stage: gradient w.r.t. input_hidden, [T][d], valid until
+  ///         the next backward call; first stage: empty.
+  /// \throws std::logic_error if the slot holds no forward, std::invalid_argument
+  ///         if mb.tokens differs from that forward's.
+  View2<Scalar> backward(int slot, const MicroBatchInput& mb, const View2<Scalar>& grad_output = {},
+                         double grad_scale = 1.0);
+
+  /// Forgets the forward pending in `slot` without running its backward
+  /// (evaluation, finite-difference probes). No-op if none is pending.
+  void discard(int slot);
+
+  /// Replaces the K/V source (context parallelism); nullptr restores identity.
+  void set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x);
+
+  int slots() const { return int(slot_tokens_.size()); }
+  std::int64_t max_tokens() const { return cap_; }
+  const ModelShard& stage() const { return params_.shard(); }
+
+ private:
+  // Field order of one layer's saved activations (see workspace layout in .cpp).
+  enum Field { kXin, kRstd1, kXn1, kQ, kK, kV, kO, kLse, kH1, kRstd2, kXn2, kG, kU, kA, kNumFields };
+  enum Top { kXout, kRstdF, kXnF, kLogits, kCeLse, kNumTop };
+  enum Scratch { kDres, kDxn, kDq, kDk, kDv, kDo, kDa, kDg, kDu, kCeScratch, kNumScratch };
+  struct LayerParams {
+    std::size_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+
+  Scalar* field(int slot, int layer, Field f) const;
+  Scalar* top(int slot, Top f) const;
+  Scalar* scratch(Scratch f) const;
+  void allreduce_tp(const View2<Scalar>& x) const;
+
+  core::ModelConfig cfg_;
+  std::int64_t vocab_ = 0;
+  comm::Communicator tp_;
+  ParamRegistry<Scalar> params_;
+  std::int64_t cap_ = 0;
+  std::int64_t d_ = 0, D_ = 0, hq_ = 0, hkv_ = 0, f_ = 0, vl_ = 0, v0_ = 0;
+  int nlayers_ = 0;
+  std::vector<LayerParams> lp_;
+  std::size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;
+  std::vector<std::int64_t> width_;       // per Field, elements per token
+  std::vector<std::int64_t> field_off_;   // per Field, offset in units of C
+  std::int64_t layer_stride_ = 0;         // units of C
+  std::vector<std::int64_t> top_off_;     // per Top, units of C
+  std::int64_t slot_size_ = 0;            // elements
+  std::vector<std::int64_t> scr_off_;     // per Scratch, units of C
+  View1<Scalar> ws_;                      // all slots
+  View1<Scalar> scr_;                     // shared gradient scratch
+  std::vector<std::int64_t> slot_tokens_; // T of the pending forward, -1: none
+  std::shared_ptr<KvExchange<Scalar>> kvx_;
+};
+
+}  // namespace wlb::model

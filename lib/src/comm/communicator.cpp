@@ -1,0 +1,358 @@
+// wlb::comm::Communicator — MPI backend (host buffers).
+//
+// WaitMode::Yield posts nonblocking calls and completes them with
+// MPI_Test + sched_yield(); WaitMode::Block uses the blocking calls.
+// Every MPI return code is checked (MPI_ERRORS_RETURN is set on every wrapped
+// communicator) and turned into wlb::core::CommError with MPI_Error_string.
+
+#include "wlb4d/comm/communicator.hpp"
+
+#include "wlb4d/core/error.hpp"
+
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <algorithm>
+
+namespace wlb::comm {
+
+namespace {
+
+std::atomic<std::size_t> g_max_elems{static_cast<std::size_t>(INT_MAX)};
+
+std::string mpi_error_text(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return fmt::format("MPI error code {}", code);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+
+MPI_Op to_mpi(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  throw core::CommError("wlb::comm: unknown ReduceOp");
+}
+
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+bool mpi_finalized() {
+  int f = 0;
+  MPI_Finalized(&f);
+  return f != 0;
+}
+
+}  // namespace
+
+// ---- datatypes ------------------------------------------------------------------
+
+template <> MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <> MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+template <> MPI_Datatype mpi_type<std::int32_t>() { return MPI_INT32_T; }
+template <> MPI_Datatype mpi_type<std::int64_t>() { return MPI_INT64_T; }
+template <> MPI_Datatype mpi_type<std::uint32_t>() { return MPI_UINT32_T; }
+template <> MPI_Datatype mpi_type<std::uint64_t>() { return MPI_UINT64_T; }
+template <> MPI_Datatype mpi_type<char>() { return MPI_CHAR; }
+template <> MPI_Datatype mpi_type<signed char>() { return MPI_INT8_T; }
+template <> MPI_Datatype mpi_type<unsigned char>() { return MPI_UINT8_T; }
+
+// ---- error plumbing -------------------------------------------------------------
+
+namespace {
+/// Throws CommError if rc is not MPI_SUCCESS. `who` is "rank r of n".
+void check_rc(int rc, const char* call, int rank, int size) {
+  if (rc == MPI_SUCCESS) return;
+  throw core::CommError(fmt::format("wlb::comm: {} failed on rank {} of {}: {}", call, rank, size,
+                                    mpi_error_text(rc)));
+}
+
+/// Calls that cannot be split (one count per rank) must fit one MPI message.
+void check_count_int(std::size_t count, const char* call, int rank, int size) {
+  const std::size_t lim = g_max_elems.load();  // INT_MAX unless lowered by the test hook
+  if (count > lim)
+    throw core::CommError(fmt::format(
+        "wlb::comm: {} on rank {} of {}: count {} elements exceeds the MPI message limit ({} elements, "
+        "MPI counts are int); split the buffer into calls of at most {} elements",
+        call, rank, size, count, lim, lim));
+}
+}  // namespace
+
+void Communicator::check_live(const char* what) const {
+  if (comm_ == MPI_COMM_NULL)
+    throw core::CommError(fmt::format("wlb::comm: {} called on a null communicator", what));
+}
+
+// ---- construction ---------------------------------------------------------------
+
+Communicator::Communicator(MPI_Comm comm, WaitMode wait, bool owns) : comm_(comm), wait_(wait) {
+  if (comm == MPI_COMM_NULL) return;  // a null handle: every call throws
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init || mpi_finalized())
+    throw core::CommError("wlb::comm: Communicator created while MPI is not initialized (or already finalized)");
+  check_rc(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", -1, -1);
+  check_rc(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", -1, -1);
+  check_rc(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", rank_, -1);
+  if (owns) {
+    owner_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(comm), [](MPI_Comm* c) {
+      // Freed when the last copy dies; after MPI_Finalize there is nothing to free.
+      if (*c != MPI_COMM_NULL && *c != MPI_COMM_WORLD && *c != MPI_COMM_SELF && !mpi_finalized())
+        MPI_Comm_free(c);
+      delete c;
+    });
+  }
+}
+
+Communicator Communicator::self(WaitMode wait) { return Communicator(MPI_COMM_SELF, wait, false); }
+Communicator Communicator::world(WaitMode wait) { return Communicator(MPI_COMM_WORLD, wait, false); }
+
+// ---- waiting --------------------------------------------------------------------
+
+void Communicator::wait(MPI_Request& req) const { wait(req, MPI_STATUS_IGNORE); }
+
+void Communicator::wait(MPI_Request& req, MPI_Status* status) const {
+  if (wait_ == WaitMode::Block) {
+    check_rc(MPI_Wait(&req, status), "MPI_Wait", rank_, size_);
+    return;
+  }
+  int flag = 0;
+  for (;;) {
+    check_rc(MPI_Test(&req, &flag, status), "MPI_Test", rank_, size_);
+    if (flag) return;
+    sched_yield();  // give the core to an oversubscribed neighbour
+  }
+}
+
+// ---- collectives ----------------------------------------------------------------
+
+template <class T> void Communicator::allreduce(T* data, std::size_t count, ReduceOp op) const {
+  check_live("allreduce");
+  const MPI_Datatype type = mpi_type<T>();
+  const MPI_Op mop = to_mpi(op);
+  const std::size_t lim = g_max_elems.load();
+  for (std::size_t off = 0; off < count; off += lim) {
+    const int n = static_cast<int>(std::min(lim, count - off));
+    if (wait_ == WaitMode::Block) {
+      const int rc = MPI_Allreduce(MPI_IN_PLACE, data + off, n, type, mop, comm_);
+      if (rc != MPI_SUCCESS) check_rc(rc, fmt::format("MPI_Allreduce({})", op_name(op)).c_str(), rank_, size_);
+    } else {
+      MPI_Request req;
+      const int rc = MPI_Iallreduce(MPI_IN_PLACE, data + off, n, type, mop, comm_, &req);
+      if (rc != MPI_SUCCESS) check_rc(rc, fmt::format("MPI_Iallreduce({})", op_name(op)).c_str(), rank_, size_);
+      wait(req);
+    }
+  }
+}
+
+template <class T> void Communicator::broadcast(T* data, std::size_t count, int root) const {
+  check_live("broadcast");
+  if (root < 0 || root >= size_)
+    throw core::CommError(fmt::format("wlb::comm: broadcast root {} out of range [0, {})", root, size_));
+  const MPI_Datatype type = mpi_type<T>();
+  const std::size_t lim = g_max_elems.load();
+  for (std::size_t off = 0; off < count; off += lim) {
+    const int n = static_cast<int>(std::min(lim, count - off));
+    if (wait_ == WaitMode::Block) {
+      check_rc(MPI_Bcast(data + off, n, type, root, comm_), "MPI_Bcast", rank_, size_);
+    } else {
+      MPI_Request req;
+      check_rc(MPI_Ibcast(data + off, n, type, root, comm_, &req), "MPI_Ibcast", rank_, size_);
+      wait(req);
+    }
+  }
+}
+
+template <class T> void Communicator::allgather(const T* send, T* recv, std::size_t count) const {
+  check_live("allgather");
+  check_count_int(count, "allgather", rank_, size_);
+  const MPI_Datatype type = mpi_type<T>();
+  const int n = static_cast<int>(count);
+  if (wait_ == WaitMode::Block) {
+    check_rc(MPI_Allgather(send, n, type, recv, n, type, comm_), "MPI_Allgather", rank_, size_);
+  } else {
+    MPI_Request req;
+    check_rc(MPI_Iallgather(send, n, type, recv, n, type, comm_, &req), "MPI_Iallgather", rank_, size_);
+    wait(req);
+  }
+}
+
+template <class T>
+void Communicator::allgatherv(const T* send, std::size_t send_count, T* recv, const std::vector<int>& recv_counts,
+                              const std::vector<int>& displs) const {
+  check_live("allgatherv");
+  if (static_cast<int>(recv_counts.size()) != size_ || static_cast<int>(displs.size()) != size_)
+    throw core::CommError(fmt::format(
+        "wlb::comm: allgatherv on rank {} of {}: recv_counts ({}) and displs ({}) must have one entry per rank",
+        rank_, size_, recv_counts.size(), displs.size()));
+  for (int r = 0; r < size_; ++r)
+    if (recv_counts[r] < 0 || displs[r] < 0)
+      throw core::CommError(fmt::format("wlb::comm: allgatherv: negative count/displacement for rank {} ({}, {})",
+                                        r, recv_counts[r], displs[r]));
+  check_count_int(send_count, "allgatherv", rank_, size_);
+  if (static_cast<std::size_t>(recv_counts[rank_]) != send_count)
+    throw core::CommError(fmt::format("wlb::comm: allgatherv on rank {} of {}: send_count {} != recv_counts[{}] = {}",
+                                      rank_, size_, send_count, rank_, recv_counts[rank_]));
+  const MPI_Datatype type = mpi_type<T>();
+  const int n = static_cast<int>(send_count);
+  if (wait_ == WaitMode::Block) {
+    check_rc(MPI_Allgatherv(send, n, type, recv, recv_counts.data(), displs.data(), type, comm_), "MPI_Allgatherv",
+             rank_, size_);
+  } else {
+    MPI_Request req;
+    check_rc(MPI_Iallgatherv(send, n, type, recv, recv_counts.data(), displs.data(), type, comm_, &req),
+             "MPI_Iallgatherv", rank_, size_);
+    wait(req);
+  }
+}
+
+template <class T> void Communicator::reduce_scatter(const T* send, T* recv, std::size_t count) const {
+  check_live("reduce_scatter");
+  check_count_int(count, "reduce_scatter", rank_, size_);
+  const MPI_Datatype type = mpi_type<T>();
+  const int n = static_cast<int>(count);
+  if (wait_ == WaitMode::Block) {
+    check_rc(MPI_Reduce_scatter_block(send, recv, n, type, MPI_SUM, comm_), "MPI_Reduce_scatter_block", rank_,
+             size_);
+  } else {
+    MPI_Request req;
+    check_rc(MPI_Ireduce_scatter_block(send, recv, n, type, MPI_SUM, comm_, &req), "MPI_Ireduce_scatter_block",
+             rank_, size_);
+    wait(req);
+  }
+}
+
+template <class T>
+void Communicator::reduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const {
+  check_live("reduce_scatterv");
+  if (static_cast<int>(recv_counts.size()) != size_)
+    throw core::CommError(fmt::format("wlb::comm: reduce_scatterv on rank {} of {}: recv_counts has {} entries, "
+                                      "needs one per rank",
+                                      rank_, size_, recv_counts.size()));
+  std::int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (recv_counts[r] < 0)
+      throw core::CommError(
+          fmt::format("wlb::comm: reduce_scatterv: negative recv_counts[{}] = {}", r, recv_counts[r]));
+    total += recv_counts[r];
+  }
+  check_count_int(static_cast<std::size_t>(total), "reduce_scatterv (sum of recv_counts)", rank_, size_);
+  const MPI_Datatype type = mpi_type<T>();
+  if (wait_ == WaitMode::Block) {
+    check_rc(MPI_Reduce_scatter(send, recv, recv_counts.data(), type, MPI_SUM, comm_), "MPI_Reduce_scatter", rank_,
+             size_);
+  } else {
+    MPI_Request req;
+    check_rc(MPI_Ireduce_scatter(send, recv, recv_counts.data(), type, MPI_SUM, comm_, &req),
+             "MPI_Ireduce_scatter", rank_, size_);
+    wait(req);
+  }
+}
+
+// ---- point to point -------------------------------------------------------------
+
+template <class T> void Communicator::send(const T* data, std::size_t count, int dest, int tag) const {
+  check_live("send");
+  if (dest < 0 || dest >= size_)
+    throw core::CommError(fmt::format("wlb::comm: send from rank {}: destination {} out of range [0, {})", rank_,
+                                      dest, size_));
+  const MPI_Datatype type = mpi_type<T>();
+  const std::size_t lim = g_max_elems.load();
+  std::size_t off = 0;
+  do {  // a zero-length message is still one message (the receiver expects it)
+    const int n = static_cast<int>(std::min(lim, count - off));
+    if (wait_ == WaitMode::Block) {
+      check_rc(MPI_Send(data + off, n, type, dest, tag, comm_), "MPI_Send", rank_, size_);
+    } else {
+      MPI_Request req;
+      check_rc(MPI_Isend(data + off, n, type, dest, tag, comm_, &req), "MPI_Isend", rank_, size_);
+      wait(req);
+    }
+    off += static_cast<std::size_t>(n);
+  } while (off < count);
+}
+
+template <class T> void Communicator::recv(T* data, std::size_t count, int src, int tag) const {
+  check_live("recv");
+  if (src < 0 || src >= size_)
+    throw core::CommError(
+        fmt::format("wlb::comm: recv on rank {}: source {} out of range [0, {})", rank_, src, size_));
+  const MPI_Datatype type = mpi_type<T>();
+  const std::size_t lim = g_max_elems.load();
+  std::size_t off = 0;
+  do {
+    const int n = static_cast<int>(std::min(lim, count - off));
+    MPI_Status status;
+    if (wait_ == WaitMode::Block) {
+      check_rc(MPI_Recv(data + off, n, type, src, tag, comm_, &status), "MPI_Recv", rank_, size_);
+    } else {
+      MPI_Request req;
+      check_rc(MPI_Irecv(data + off, n, type, src, tag, comm_, &req), "MPI_Irecv", rank_, size_);
+      wait(req, &status);
+    }
+    int got = 0;
+    check_rc(MPI_Get_count(&status, type, &got), "MPI_Get_count", rank_, size_);
+    if (got != n)
+      throw core::CommError(fmt::format(
+          "wlb::comm: recv on rank {} of {} from rank {} (tag {}): expected {} elements, the message had {}", rank_,
+          size_, src, tag, n, got));
+    off += static_cast<std::size_t>(n);
+  } while (off < count);
+}
+
+void Communicator::barrier() const {
+  check_live("barrier");
+  if (wait_ == WaitMode::Block) {
+    check_rc(MPI_Barrier(comm_), "MPI_Barrier", rank_, size_);
+  } else {
+    MPI_Request req;
+    check_rc(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", rank_, size_);
+    wait(req);
+  }
+}
+
+namespace detail {
+void set_max_message_elements(std::size_t n) {
+  if (n == 0 || n > static_cast<std::size_t>(INT_MAX))
+    throw core::CommError(fmt::format("wlb::comm: max message elements must be in [1, {}] (got {})", INT_MAX, n));
+  g_max_elems.store(n);
+}
+std::size_t max_message_elements() { return g_max_elems.load(); }
+}  // namespace detail
+
+// ---- explicit instantiations ----------------------------------------------------
+
+#define WLB4D_COMM_INSTANTIATE(T)                                                                            \
+  template void Communicator::allreduce<T>(T*, std::size_t, ReduceOp) const;                                 \
+  template void Communicator::broadcast<T>(T*, std::size_t, int) const;                                      \
+  template void Communicator::allgather<T>(const T*, T*, std::size_t) const;                                 \
+  template void Communicator::allgatherv<T>(const T*, std::size_t, T*, const std::vector<int>&,              \
+                                            const std::vector<int>&) const;                                  \
+  template void Communicator::reduce_scatter<T>(const T*, T*, std::size_t) const;                            \
+  template void Communicator::reduce_scatterv<T>(const T*, T*, const std::vector<int>&) const;               \
+  template void Communicator::send<T>(const T*, std::size_t, int, int) const;                                \
+  template void Communicator::recv<T>(T*, std::size_t, int, int) const;
+
+WLB4D_COMM_INSTANTIATE(float)
+WLB4D_COMM_INSTANTIATE(double)
+WLB4D_COMM_INSTANTIATE(std::int32_t)
+WLB4D_COMM_INSTANTIATE(std::int64_t)
+WLB4D_COMM_INSTANTIATE(std::uint32_t)
+WLB4D_COMM_INSTANTIATE(std::uint64_t)
+WLB4D_COMM_INSTANTIATE(char)
+WLB4D_COMM_INSTANTIATE(signed char)
+WLB4D_COMM_INSTANTIATE(unsigned char)
+#undef WLB4D_COMM_INSTANTIATE
+
+}  // namespace wlb::comm

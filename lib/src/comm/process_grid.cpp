@@ -1,0 +1,70 @@
+// wlb::grid::ProcessGrid — MPI communicators of the 4D grid. Compiled into
+// wlb4d_comm (it needs Communicator; wlb4d_grid holds the MPI-free layout).
+#include "wlb4d/grid/process_grid.hpp"
+
+#include "wlb4d/core/error.hpp"
+
+#include <fmt/format.h>
+
+namespace wlb::grid {
+
+namespace {
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, buf, &len);
+  throw core::CommError(fmt::format("process grid: {} failed: {}", call, std::string(buf, len)));
+}
+
+/// Splits `parent` by (color, key) into an owned Communicator.
+comm::Communicator split(MPI_Comm parent, int color, int key, comm::WaitMode wait) {
+  MPI_Comm c = MPI_COMM_NULL;
+  check(MPI_Comm_split(parent, color, key, &c), "MPI_Comm_split");
+  return comm::Communicator(c, wait, /*owns=*/true);
+}
+
+}  // namespace
+
+ProcessGrid::ProcessGrid(int dp, int pp, int cp, int tp, comm::WaitMode wait, MPI_Comm world) {
+  layout_ = GridLayout(dp, pp, cp, tp);
+  int wsize = 0;
+  check(MPI_Comm_size(world, &wsize), "MPI_Comm_size");
+  layout_.check_world(wsize);  // identical on every rank: all throw, none hangs
+  check(MPI_Comm_rank(world, &rank_), "MPI_Comm_rank");
+  coords_ = layout_.coords_of(rank_);
+
+  MPI_Comm dup = MPI_COMM_NULL;
+  check(MPI_Comm_dup(world, &dup), "MPI_Comm_dup");
+  world_ = comm::Communicator(dup, wait, /*owns=*/true);
+  const MPI_Comm w = world_.mpi();
+
+  // colour = world rank of the group's member with coordinate 0 on the axis;
+  // key = the coordinate, so the rank in the axis communicator is the coordinate.
+  auto axis_split = [&](Axis a) {
+    Coords base = coords_;
+    base[a] = 0;
+    return split(w, layout_.rank_of(base), coords_[a], wait);
+  };
+  tp_ = axis_split(Axis::TP);
+  cp_ = axis_split(Axis::CP);
+  dp_ = axis_split(Axis::DP);
+  pp_ = axis_split(Axis::PP);
+  Coords base = coords_;
+  base.dp = 0;
+  base.cp = 0;
+  dpcp_ = split(w, layout_.rank_of(base), coords_.dp * layout_.cp() + coords_.cp, wait);
+}
+
+const comm::Communicator& ProcessGrid::axis(Axis a) const {
+  switch (a) {
+    case Axis::DP: return dp_;
+    case Axis::PP: return pp_;
+    case Axis::CP: return cp_;
+    case Axis::TP: return tp_;
+  }
+  return world_;
+}
+
+}  // namespace wlb::grid

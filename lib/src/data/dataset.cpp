@@ -1,0 +1,423 @@
+// HDF5 token dataset: reader (TokenDataset) and writer (TokenDatasetWriter).
+#include "wlb4d/data/dataset.hpp"
+
+#include "h5util.hpp"
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/core/version.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace wlb::data {
+
+using core::DataError;
+namespace fs = std::filesystem;
+using h5::Handle;
+
+// =============================================================== reader
+
+struct TokenDataset::Impl {
+  std::string path;
+  std::string tokenizer;
+  std::string source;
+  std::string model;
+  int vocab_size = 0;
+  int eos_id = 0;
+  std::int64_t num_tokens = 0;
+  std::vector<std::uint64_t> offsets;
+  Handle file;
+  Handle tokens;  // /tokens
+  Handle tokens_space;
+
+  void read_range(std::int64_t begin, std::int64_t count, token_t* out) const;
+  /// Everything of open() but the offsets: attributes, /tokens, tokenizer model.
+  void open_common(hid_t fapl);
+};
+
+namespace {
+
+std::string dset_err(const std::string& file, const std::string& dset, const std::string& rule) {
+  return file + ": wrong schema: dataset '" + dset + "' " + rule;
+}
+
+/// Opens a 1-D dataset and checks its element type (class/size/sign).
+Handle open_1d(hid_t file, const std::string& path, const std::string& name, H5T_class_t cls,
+               std::size_t size, bool is_unsigned, const std::string& type_name, hsize_t* n) {
+  if (!h5::exists(file, name)) throw DataError(dset_err(path, name, "is missing"));
+  Handle d(h5::check(H5Dopen2(file, name.c_str(), H5P_DEFAULT), path, "cannot open dataset '" + name + "'"));
+  Handle t(h5::check(H5Dget_type(d.get()), path, "H5Dget_type " + name));
+  bool ok = H5Tget_class(t.get()) == cls && H5Tget_size(t.get()) == size;
+  if (ok && cls == H5T_INTEGER) ok = (H5Tget_sign(t.get()) == H5T_SGN_NONE) == is_unsigned;
+  if (!ok) throw DataError(dset_err(path, name, "must have dtype " + type_name));
+  Handle s(h5::check(H5Dget_space(d.get()), path, "H5Dget_space " + name));
+  if (H5Sget_simple_extent_ndims(s.get()) != 1)
+    throw DataError(dset_err(path, name, "must be 1-D (rank " +
+                                             std::to_string(H5Sget_simple_extent_ndims(s.get())) + ")"));
+  H5Sget_simple_extent_dims(s.get(), n, nullptr);
+  return d;
+}
+
+void read_all(hid_t dset, hid_t memtype, void* buf, const std::string& path, const std::string& name) {
+  h5::check_status(H5Dread(dset, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), path,
+                   "cannot read dataset '" + name + "' (truncated or corrupt file?)");
+}
+
+/// Reads and validates /doc_offsets (rank 0 of a collective open, or a serial open).
+std::vector<std::uint64_t> load_offsets(hid_t file, const std::string& path, std::int64_t num_tokens) {
+  hsize_t n = 0;
+  Handle d = open_1d(file, path, "doc_offsets", H5T_INTEGER, 8, true, "uint64", &n);
+  if (n < 1) throw DataError(dset_err(path, "doc_offsets", "must hold num_docs+1 >= 1 entries (it is empty)"));
+  std::vector<std::uint64_t> off(n);
+  read_all(d.get(), H5T_NATIVE_UINT64, off.data(), path, "doc_offsets");
+  if (off[0] != 0)
+    throw DataError(dset_err(path, "doc_offsets", "must start at 0 (it starts at " + std::to_string(off[0]) + ")"));
+  for (hsize_t i = 1; i < n; ++i)
+    if (off[i] <= off[i - 1])
+      throw DataError(dset_err(path, "doc_offsets",
+                               "must be strictly increasing (every document holds at least its EOS): "
+                               "offset[" + std::to_string(i) + "] = " + std::to_string(off[i]) +
+                               " <= offset[" + std::to_string(i - 1) + "] = " + std::to_string(off[i - 1])));
+  if (off.back() != static_cast<std::uint64_t>(num_tokens))
+    throw DataError(dset_err(path, "doc_offsets",
+                             "must end at num_tokens = " + std::to_string(num_tokens) + " (it ends at " +
+                                 std::to_string(off.back()) + ")"));
+  return off;
+}
+
+}  // namespace
+
+void TokenDataset::Impl::open_common(hid_t fapl) {
+  Impl& im = *this;
+  const std::string& path = im.path;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw DataError(path + ": token dataset does not exist");
+  htri_t is_h5 = -1;
+  H5E_BEGIN_TRY { is_h5 = H5Fis_hdf5(path.c_str()); }
+  H5E_END_TRY;
+  if (is_h5 <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    throw DataError(path + ": not an HDF5 file (no HDF5 signature; expected a wlb4d-tokens dataset)");
+  }
+  hid_t f = H5I_INVALID_HID;
+  H5E_BEGIN_TRY { f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); }
+  H5E_END_TRY;
+  im.file = Handle(h5::check(f, path, "cannot open HDF5 file (truncated or corrupt?)"));
+  hid_t root = im.file.get();
+
+  std::string format = h5::read_attr_string(root, "format", path);
+  if (format != kTokenFormat)
+    throw DataError(path + ": wrong schema: root attribute 'format' is '" + format + "', expected '" +
+                    kTokenFormat + "'");
+  auto ver = h5::read_attr_i64(root, "format_version", path);
+  if (ver != kTokenFormatVersion)
+    throw DataError(path + ": unsupported format_version " + std::to_string(ver) + " (this wlb4d reads " +
+                    std::to_string(kTokenFormatVersion) + ")");
+  auto vocab = h5::read_attr_i64(root, "vocab_size", path);
+  if (vocab < 1 || vocab > (std::int64_t{1} << 31) - 1)
+    throw DataError(path + ": wrong schema: root attribute 'vocab_size' = " + std::to_string(vocab) +
+                    " must be in [1, 2^31)");
+  im.vocab_size = static_cast<int>(vocab);
+  auto eos = h5::read_attr_i64(root, "eos_id", path);
+  if (eos < 0 || eos >= vocab)
+    throw DataError(path + ": wrong schema: root attribute 'eos_id' = " + std::to_string(eos) +
+                    " must be in [0, vocab_size = " + std::to_string(vocab) + ")");
+  im.eos_id = static_cast<int>(eos);
+  im.tokenizer = h5::read_attr_string(root, "tokenizer", path);
+  if (im.tokenizer != "bytes" && im.tokenizer != "sentencepiece")
+    throw DataError(path + ": wrong schema: root attribute 'tokenizer' is '" + im.tokenizer +
+                    "', expected 'bytes' or 'sentencepiece'");
+  im.source = h5::has_attr(root, "source") ? h5::read_attr_string(root, "source", path) : std::string();
+
+  hsize_t n = 0;
+  im.tokens = open_1d(root, path, "tokens", H5T_INTEGER, 4, true, "uint32", &n);
+  im.num_tokens = static_cast<std::int64_t>(n);
+  im.tokens_space = Handle(h5::check(H5Dget_space(im.tokens.get()), path, "H5Dget_space tokens"));
+
+  if (im.tokenizer == "sentencepiece") {
+    hsize_t m = 0;
+    if (!h5::exists(root, "tokenizer"))
+      throw DataError(dset_err(path, "tokenizer/model", "is missing (required when tokenizer = sentencepiece)"));
+    Handle d = open_1d(root, path, "tokenizer/model", H5T_INTEGER, 1, true, "uint8", &m);
+    im.model.resize(m);
+    if (m > 0) read_all(d.get(), H5T_NATIVE_UINT8, im.model.data(), path, "tokenizer/model");
+  }
+}
+
+void TokenDataset::Impl::read_range(std::int64_t begin, std::int64_t count, token_t* out) const {
+  if (count == 0) return;
+  hsize_t start = static_cast<hsize_t>(begin), cnt = static_cast<hsize_t>(count);
+  Handle fspace(h5::check(H5Scopy(tokens_space.get()), path, "H5Scopy"));
+  h5::check_status(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), path,
+                   "cannot select tokens [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")");
+  Handle mspace(h5::check(H5Screate_simple(1, &cnt, nullptr), path, "H5Screate_simple"));
+  herr_t st = -1;
+  H5E_BEGIN_TRY { st = H5Dread(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, out); }
+  H5E_END_TRY;
+  h5::check_status(st, path,
+                   "cannot read dataset 'tokens' [" + std::to_string(begin) + ", " +
+                       std::to_string(begin + count) + ") (truncated or corrupt file?)");
+  for (std::int64_t i = 0; i < count; ++i)
+    if (out[i] >= static_cast<token_t>(vocab_size))
+      throw DataError(path + ": dataset 'tokens' holds id " + std::to_string(out[i]) + " at index " +
+                      std::to_string(begin + i) + ", not below vocab_size " + std::to_string(vocab_size));
+}
+
+TokenDataset::TokenDataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
+TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
+TokenDataset::~TokenDataset() = default;
+
+TokenDataset TokenDataset::open(const std::string& path) {
+  auto im = std::make_unique<Impl>();
+  im->path = path;
+  im->open_common(H5P_DEFAULT);
+  im->offsets = load_offsets(im->file.get(), path, im->num_tokens);
+  return TokenDataset(std::move(im));
+}
+
+TokenDataset TokenDataset::open(const std::string& path, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  auto im = std::make_unique<Impl>();
+  im->path = path;
+  // Every rank sees the same file, so open_common fails on all ranks or none;
+  // still, agree on it so that no rank is left alone in the collective H5Fopen.
+  int exists_here = fs::exists(path) ? 1 : 0, exists_all = 0;
+  MPI_Allreduce(&exists_here, &exists_all, 1, MPI_INT, MPI_MIN, comm);
+  if (!exists_all) throw DataError(path + ": token dataset does not exist (on at least one rank)");
+  Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"));
+  h5::check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), path, "H5Pset_fapl_mpio");
+  im->open_common(fapl.get());
+
+  // Rank 0 reads and validates the offsets; everyone learns the verdict.
+  std::string err;
+  if (rank == 0) {
+    try {
+      im->offsets = load_offsets(im->file.get(), path, im->num_tokens);
+    } catch (const DataError& e) {
+      err = e.what();
+    }
+  }
+  long long hdr[2] = {static_cast<long long>(err.size()), static_cast<long long>(im->offsets.size())};
+  MPI_Bcast(hdr, 2, MPI_LONG_LONG, 0, comm);
+  if (hdr[0] > 0) {
+    err.resize(static_cast<std::size_t>(hdr[0]));
+    MPI_Bcast(err.data(), static_cast<int>(hdr[0]), MPI_CHAR, 0, comm);
+    throw DataError(err);
+  }
+  im->offsets.resize(static_cast<std::size_t>(hdr[1]));
+  // Broadcast in pieces below INT_MAX elements.
+  const std::size_t piece = std::size_t{1} << 28;
+  for (std::size_t i = 0; i < im->offsets.size(); i += piece) {
+    int n = static_cast<int>(std::min(piece, im->offsets.size() - i));
+    MPI_Bcast(im->offsets.data() + i, n, MPI_UINT64_T, 0, comm);
+  }
+  return TokenDataset(std::move(im));
+}
+
+std::int64_t TokenDataset::num_docs() const { return static_cast<std::int64_t>(impl_->offsets.size()) - 1; }
+std::int64_t TokenDataset::num_tokens() const { return impl_->num_tokens; }
+int TokenDataset::vocab_size() const { return impl_->vocab_size; }
+int TokenDataset::eos_id() const { return impl_->eos_id; }
+const std::string& TokenDataset::tokenizer() const { return impl_->tokenizer; }
+const std::string& TokenDataset::path() const { return impl_->path; }
+const std::string& TokenDataset::source() const { return impl_->source; }
+const std::vector<std::uint64_t>& TokenDataset::doc_offsets() const { return impl_->offsets; }
+std::string TokenDataset::tokenizer_model() const { return impl_->model; }
+
+std::int64_t TokenDataset::doc_length(std::int64_t doc) const {
+  if (doc < 0 || doc >= num_docs())
+    throw DataError(impl_->path + ": document " + std::to_string(doc) + " out of range [0, " +
+                    std::to_string(num_docs()) + ")");
+  return static_cast<std::int64_t>(impl_->offsets[doc + 1] - impl_->offsets[doc]);
+}
+
+void TokenDataset::read(std::int64_t doc, std::int64_t offset, std::int64_t length, token_t* out) const {
+  std::int64_t len = doc_length(doc);
+  if (offset < 0 || length < 0 || offset + length > len)
+    throw DataError(impl_->path + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+  impl_->read_range(static_cast<std::int64_t>(impl_->offsets[doc]) + offset, length, out);
+}
+
+void TokenDataset::read_tokens(std::int64_t begin, std::int64_t count, token_t* out) const {
+  if (begin < 0 || count < 0 || begin + count > impl_->num_tokens)
+    throw DataError(impl_->path + ": token range [" + std::to_string(begin) + ", " +
+                    std::to_string(begin + count) + ") leaves dataset 'tokens' of " +
+                    std::to_string(impl_->num_tokens) + " tokens");
+  impl_->read_range(begin, count, out);
+}
+
+std::string TokenDataset::identity() const {
+  std::error_code ec;
+  std::string abs = fs::absolute(impl_->path, ec).lexically_normal().string();
+  if (ec) abs = impl_->path;
+  struct stat sb {};
+  long long size = -1, mtime_ns = -1;
+  if (::stat(impl_->path.c_str(), &sb) == 0) {
+    size = static_cast<long long>(sb.st_size);
+    mtime_ns = static_cast<long long>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
+  }
+  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a over the offsets' bytes
+  for (std::uint64_t v : impl_->offsets)
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xFF;
+      h *= 1099511628211ULL;
+    }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  std::ostringstream os;
+  os << "path=" << abs << ";size=" << size << ";mtime=" << mtime_ns << ";docs=" << num_docs()
+     << ";tokens=" << num_tokens() << ";offsets_fnv1a=" << hex;
+  return os.str();
+}
+
+// =============================================================== writer
+
+struct TokenDatasetWriter::Impl {
+  std::string path, tmp;
+  int vocab_size = 0;
+  int eos_id = 0;
+  Options opts;
+  Handle file;
+  Handle tokens;
+  std::vector<token_t> buf;
+  std::vector<std::uint64_t> offsets{0};
+  std::int64_t written = 0;  // tokens flushed to /tokens
+  bool finished = false;
+
+  std::int64_t total() const { return written + static_cast<std::int64_t>(buf.size()); }
+  void flush() {
+    if (buf.empty()) return;
+    hsize_t newsize = static_cast<hsize_t>(total());
+    h5::check_status(H5Dset_extent(tokens.get(), &newsize), tmp, "cannot extend dataset 'tokens'");
+    Handle fspace(h5::check(H5Dget_space(tokens.get()), tmp, "H5Dget_space tokens"));
+    hsize_t start = static_cast<hsize_t>(written), cnt = buf.size();
+    h5::check_status(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), tmp,
+                     "H5Sselect_hyperslab tokens");
+    Handle mspace(h5::check(H5Screate_simple(1, &cnt, nullptr), tmp, "H5Screate_simple"));
+    h5::check_status(H5Dwrite(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()),
+                     tmp, "cannot write dataset 'tokens' (disk full?)");
+    written = total();
+    buf.clear();
+  }
+};
+
+TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::string& tokenizer, int vocab_size,
+                                       int eos_id, const std::string& source, const std::string& model)
+    : TokenDatasetWriter(path, tokenizer, vocab_size, eos_id, source, model, Options{}) {}
+
+TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::string& tokenizer, int vocab_size,
+                                       int eos_id, const std::string& source, const std::string& model,
+                                       const Options& opts)
+    : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  im.path = path;
+  im.tmp = path + ".tmp";
+  im.vocab_size = vocab_size;
+  im.eos_id = eos_id;
+  im.opts = opts;
+  if (tokenizer != "bytes" && tokenizer != "sentencepiece")
+    throw DataError(path + ": unknown tokenizer '" + tokenizer + "' (expected bytes or sentencepiece)");
+  if (tokenizer == "sentencepiece" && model.empty())
+    throw DataError(path + ": a sentencepiece dataset needs the serialized model");
+  if (vocab_size < 1 || eos_id < 0 || eos_id >= vocab_size)
+    throw DataError(path + ": eos_id " + std::to_string(eos_id) + " must be in [0, vocab_size = " +
+                    std::to_string(vocab_size) + ")");
+  if (opts.chunk_tokens < 1) throw DataError(path + ": chunk_tokens must be >= 1");
+
+  hid_t f = H5I_INVALID_HID;
+  H5E_BEGIN_TRY { f = H5Fcreate(im.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT); }
+  H5E_END_TRY;
+  im.file = Handle(h5::check(f, im.tmp, "cannot create token dataset file"));
+  hid_t root = im.file.get();
+
+  hsize_t zero = 0, unlimited = H5S_UNLIMITED, chunk = static_cast<hsize_t>(opts.chunk_tokens);
+  Handle space(h5::check(H5Screate_simple(1, &zero, &unlimited), im.tmp, "H5Screate_simple"));
+  Handle dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), im.tmp, "H5Pcreate"));
+  h5::check_status(H5Pset_chunk(dcpl.get(), 1, &chunk), im.tmp, "H5Pset_chunk");
+  h5::check_status(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), im.tmp, "H5Pset_fill_time");
+  im.tokens = Handle(h5::check(H5Dcreate2(root, "tokens", H5T_STD_U32LE, space.get(), H5P_DEFAULT, dcpl.get(),
+                                          H5P_DEFAULT),
+                               im.tmp, "cannot create dataset 'tokens'"));
+
+  h5::write_attr_string(root, "format", kTokenFormat, im.tmp);
+  h5::write_attr_i64(root, "format_version", kTokenFormatVersion, im.tmp);
+  h5::write_attr_i64(root, "vocab_size", vocab_size, im.tmp);
+  h5::write_attr_i64(root, "eos_id", eos_id, im.tmp);
+  h5::write_attr_string(root, "tokenizer", tokenizer, im.tmp);
+  h5::write_attr_string(root, "source", source, im.tmp);
+  h5::write_attr_string(root, "writer", std::string("wlb4d ") + core::kVersion + " (" + core::kGitSha + ")",
+                        im.tmp);
+  if (tokenizer == "sentencepiece") {
+    Handle g(h5::check(H5Gcreate2(root, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), im.tmp,
+                       "cannot create group 'tokenizer'"));
+    hsize_t m = model.size();
+    Handle ms(h5::check(H5Screate_simple(1, &m, nullptr), im.tmp, "H5Screate_simple"));
+    Handle d(h5::check(H5Dcreate2(g.get(), "model", H5T_STD_U8LE, ms.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                       im.tmp, "cannot create dataset 'tokenizer/model'"));
+    h5::check_status(H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, model.data()), im.tmp,
+                     "cannot write dataset 'tokenizer/model'");
+    h5::write_attr_string(g.get(), "type", "sentencepiece-bpe", im.tmp);
+  }
+}
+
+TokenDatasetWriter::~TokenDatasetWriter() {
+  if (impl_ && !impl_->finished) {
+    impl_->tokens.reset();
+    impl_->file.reset();
+    std::remove(impl_->tmp.c_str());
+  }
+}
+
+void TokenDatasetWriter::append(const std::vector<token_t>& tokens) {
+  auto& im = *impl_;
+  if (im.finished) throw DataError(im.path + ": append after finish()");
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= static_cast<token_t>(im.vocab_size) || tokens[i] == static_cast<token_t>(im.eos_id))
+      throw DataError(im.path + ": document " + std::to_string(im.offsets.size() - 1) + " token " +
+                      std::to_string(i) + " = " + std::to_string(tokens[i]) +
+                      (tokens[i] == static_cast<token_t>(im.eos_id) ? " is EOS (appended by the writer)"
+                                                                    : " is not below vocab_size " +
+                                                                          std::to_string(im.vocab_size)));
+  }
+  im.buf.insert(im.buf.end(), tokens.begin(), tokens.end());
+  im.buf.push_back(static_cast<token_t>(im.eos_id));
+  im.offsets.push_back(static_cast<std::uint64_t>(im.total()));
+  if (static_cast<std::int64_t>(im.buf.size()) >= 16 * im.opts.chunk_tokens) im.flush();
+}
+
+void TokenDatasetWriter::finish() {
+  auto& im = *impl_;
+  if (im.finished) return;
+  im.flush();
+  hid_t root = im.file.get();
+  hsize_t n = im.offsets.size();
+  hsize_t chunk = std::min<hsize_t>(n, 1 << 16);
+  Handle space(h5::check(H5Screate_simple(1, &n, nullptr), im.tmp, "H5Screate_simple"));
+  Handle dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), im.tmp, "H5Pcreate"));
+  h5::check_status(H5Pset_chunk(dcpl.get(), 1, &chunk), im.tmp, "H5Pset_chunk");
+  Handle d(h5::check(H5Dcreate2(root, "doc_offsets", H5T_STD_U64LE, space.get(), H5P_DEFAULT, dcpl.get(),
+                                H5P_DEFAULT),
+                     im.tmp, "cannot create dataset 'doc_offsets'"));
+  h5::check_status(H5Dwrite(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, im.offsets.data()), im.tmp,
+                   "cannot write dataset 'doc_offsets'");
+  d.reset();
+  h5::write_attr_i64(root, "num_docs", static_cast<std::int64_t>(n) - 1, im.tmp);
+  h5::write_attr_i64(root, "num_tokens", im.written, im.tmp);
+  im.tokens.reset();
+  h5::check_status(H5Fflush(root, H5F_SCOPE_GLOBAL), im.tmp, "H5Fflush");
+  im.file.reset();
+  std::error_code ec;
+  fs::rename(im.tmp, im.path, ec);
+  if (ec) throw DataError(im.tmp + ": cannot rename to " + im.path + " (" + ec.message() + ")");
+  im.finished = true;
+}
+
+std::int64_t TokenDatasetWriter::num_docs() const { return static_cast<std::int64_t>(impl_->offsets.size()) - 1; }
+std::int64_t TokenDatasetWriter::num_tokens() const { return impl_->total(); }
+
+}  // namespace wlb::data

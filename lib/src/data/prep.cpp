@@ -1,0 +1,250 @@
+// wlb4d-prep logic: options, corpus -> split -> tokenizer -> datasets (prep.hpp).
+#include "wlb4d/data/prep.hpp"
+
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/data/document_stream.hpp"
+#include "wlb4d/data/dataset.hpp"
+#include "wlb4d/data/tokenizer.hpp"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+namespace wlb::data {
+
+using core::ConfigError;
+using core::DataError;
+namespace po = boost::program_options;
+
+namespace {
+
+po::options_description prep_options() {
+  po::options_description o("wlb4d-prep options");
+  o.add_options()
+      ("help,h", "print this help")
+      ("input,i", po::value<std::vector<std::string>>()->composing(),
+       "corpus file or directory (repeatable): .jsonl, .jsonl.xz, .txt, .txt.xz")
+      ("output,o", po::value<std::string>(), "training dataset to write (HDF5, e.g. train.h5)")
+      ("tokenizer", po::value<std::string>()->default_value("bytes"), "bytes | sentencepiece")
+      ("vocab-size", po::value<int>()->default_value(8192),
+       "sentencepiece BPE vocabulary to train (>= 300; ignored with --spm-model)")
+      ("spm-model", po::value<std::string>(), "use this sentencepiece .model instead of training one")
+      ("val-fraction", po::value<double>()->default_value(0.0),
+       "fraction of documents written to --val-output, in [0, 1)")
+      ("val-output", po::value<std::string>(), "validation dataset to write (HDF5)")
+      ("seed", po::value<std::uint64_t>()->default_value(1234), "seed of the train/validation split")
+      ("max-docs", po::value<std::int64_t>()->default_value(-1), "use only the first N documents (-1: all)");
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+SplitSummary write_split(const std::string& path, const std::vector<const std::string*>& docs,
+                         const Tokenizer& tok, const std::string& source) {
+  TokenDatasetWriter w(path, tok.name(), tok.vocab_size(), tok.eos_id(), source, tok.model());
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(docs.size());
+  for (const std::string* d : docs) {
+    auto ids = tok.encode(*d);
+    lengths.push_back(static_cast<std::int64_t>(ids.size()) + 1);
+    w.append(ids);
+  }
+  w.finish();
+  std::sort(lengths.begin(), lengths.end());
+  SplitSummary s;
+  s.path = path;
+  s.docs = w.num_docs();
+  s.tokens = w.num_tokens();
+  s.p50 = percentile(lengths, 50);
+  s.p90 = percentile(lengths, 90);
+  s.p99 = percentile(lengths, 99);
+  s.max = lengths.empty() ? 0 : lengths.back();
+  return s;
+}
+
+std::string human_bytes(std::int64_t b) {
+  if (b < 10 * 1024) return fmt::format("{} B", b);
+  if (b < 10 * 1024 * 1024) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+std::string prep_help() {
+  std::ostringstream os;
+  os << "wlb4d-prep: text corpus -> HDF5 token dataset (docs/data.md)\n\n"
+     << "usage: wlb4d-prep --input FILE_OR_DIR [--input ...] --output OUT.h5 [--tokenizer bytes|sentencepiece]\n"
+     << "                  [--vocab-size N] [--spm-model FILE.model] [--val-fraction F --val-output VAL.h5]\n"
+     << "                  [--seed S] [--max-docs N]\n\n"
+     << prep_options() << "\n"
+     << "Inputs: *.jsonl / *.jsonl.xz hold one JSON object per line, the document is its \"text\";\n"
+     << "  *.txt / *.txt.xz are one document per file; a directory is searched recursively for\n"
+     << "  these (sorted by path, other files ignored); .xz is read through `xz -dc`.\n"
+     << "Rules: a line that is not a JSON object is an error (file:line); a line without a string\n"
+     << "  \"text\" is skipped and counted; empty or whitespace-only documents are skipped and counted;\n"
+     << "  invalid UTF-8 is replaced by U+FFFD (one per invalid sequence; such documents are counted).\n"
+     << "  Documents keep their boundaries; each ends with EOS in the dataset.\n"
+     << "Tokenizers: bytes = UTF-8 bytes 0..255 + EOS 256 (vocab 257); sentencepiece = BPE trained on\n"
+     << "  the training split (identity normalisation, byte fallback: exact round trip), stored in\n"
+     << "  the dataset at /tokenizer/model.\n"
+     << "Split: by document, a seeded permutation puts round(F * N) documents (at least 1 when F > 0)\n"
+     << "  into --val-output; both files keep the corpus order.\n";
+  return os.str();
+}
+
+PrepOptions parse_prep_args(int argc, const char* const* argv) {
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(prep_options()).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(std::string("wlb4d-prep: ") + e.what() + " (see --help)");
+  }
+  PrepOptions o;
+  if (vm.count("help")) {
+    o.help = true;
+    return o;
+  }
+  if (vm.count("input")) o.inputs = vm["input"].as<std::vector<std::string>>();
+  if (vm.count("output")) o.output = vm["output"].as<std::string>();
+  o.tokenizer = vm["tokenizer"].as<std::string>();
+  o.vocab_size = vm["vocab-size"].as<int>();
+  if (vm.count("spm-model")) o.spm_model = vm["spm-model"].as<std::string>();
+  o.val_fraction = vm["val-fraction"].as<double>();
+  if (vm.count("val-output")) o.val_output = vm["val-output"].as<std::string>();
+  o.seed = vm["seed"].as<std::uint64_t>();
+  o.max_docs = vm["max-docs"].as<std::int64_t>();
+  return o;
+}
+
+static void validate(const PrepOptions& o) {
+  if (o.inputs.empty()) throw ConfigError("wlb4d-prep: --input is required (a corpus file or directory)");
+  if (o.output.empty()) throw ConfigError("wlb4d-prep: --output is required (the dataset to write)");
+  if (o.tokenizer != "bytes" && o.tokenizer != "sentencepiece")
+    throw ConfigError("wlb4d-prep: --tokenizer '" + o.tokenizer + "' must be bytes or sentencepiece");
+  if (o.tokenizer == "bytes" && !o.spm_model.empty())
+    throw ConfigError("wlb4d-prep: --spm-model needs --tokenizer sentencepiece");
+  if (o.tokenizer == "sentencepiece" && o.spm_model.empty() && o.vocab_size < 300)
+    throw ConfigError("wlb4d-prep: --vocab-size " + std::to_string(o.vocab_size) +
+                      " must be >= 300 (256 byte pieces + specials + characters)");
+  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
+    throw ConfigError("wlb4d-prep: --val-fraction " + std::to_string(o.val_fraction) + " must be in [0, 1)");
+  if (o.val_fraction > 0.0 && o.val_output.empty())
+    throw ConfigError("wlb4d-prep: --val-fraction > 0 needs --val-output");
+  if (o.val_fraction == 0.0 && !o.val_output.empty())
+    throw ConfigError("wlb4d-prep: --val-output needs --val-fraction > 0");
+  if (!o.val_output.empty() && o.val_output == o.output)
+    throw ConfigError("wlb4d-prep: --val-output must differ from --output");
+  if (o.max_docs == 0 || o.max_docs < -1)
+    throw ConfigError("wlb4d-prep: --max-docs " + std::to_string(o.max_docs) + " must be >= 1 (or -1: all)");
+}
+
+std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  auto n = static_cast<double>(sorted.size());
+  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * n));
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+PrepSummary run_prep(const PrepOptions& o) {
+  validate(o);
+  for (const std::string* out : {&o.output, &o.val_output}) {  // create missing parent directories
+    auto parent = std::filesystem::path(*out).parent_path();
+    std::error_code ec;
+    if (!out->empty() && !parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec) throw DataError(*out + ": cannot create its directory (" + ec.message() + ")");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  PrepSummary s;
+  std::vector<std::string> docs = read_corpus(o.inputs, &s.corpus, o.max_docs);
+  s.read_s = seconds_since(t0);
+  if (docs.empty())
+    throw DataError("wlb4d-prep: no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
+                    " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without \"text\")");
+
+  // Split by document: the first n_val entries of a seeded permutation.
+  const auto n = static_cast<std::int64_t>(docs.size());
+  std::int64_t n_val = 0;
+  if (o.val_fraction > 0.0) {
+    n_val = std::llround(o.val_fraction * static_cast<double>(n));
+    n_val = std::clamp<std::int64_t>(n_val, 1, n - 1);
+    if (n < 2) throw DataError("wlb4d-prep: a validation split needs at least 2 documents (have 1)");
+  }
+  std::vector<char> is_val(static_cast<std::size_t>(n), 0);
+  if (n_val > 0) {
+    auto perm = seeded_permutation(n, o.seed);
+    for (std::int64_t i = 0; i < n_val; ++i) is_val[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = 1;
+  }
+  std::vector<const std::string*> train, val;
+  for (std::int64_t i = 0; i < n; ++i) (is_val[static_cast<std::size_t>(i)] ? val : train).push_back(&docs[static_cast<std::size_t>(i)]);
+
+  const auto t1 = std::chrono::steady_clock::now();
+  std::unique_ptr<Tokenizer> tok;
+  if (o.tokenizer == "bytes") {
+    tok = std::make_unique<ByteTokenizer>();
+  } else if (!o.spm_model.empty()) {
+    tok = SentencePieceTokenizer::load(o.spm_model);
+  } else {
+    SpmTrainOptions so;
+    so.vocab_size = o.vocab_size;
+    if (n_val == 0) {
+      tok = SentencePieceTokenizer::train(docs, so);
+    } else {
+      std::vector<std::string> tr;
+      tr.reserve(train.size());
+      for (const auto* d : train) tr.push_back(*d);
+      tok = SentencePieceTokenizer::train(tr, so);
+    }
+  }
+  s.tokenizer_s = seconds_since(t1);
+  s.tokenizer = tok->name();
+  s.vocab_size = tok->vocab_size();
+  s.eos_id = tok->eos_id();
+
+  std::string inputs;
+  for (const auto& in : o.inputs) inputs += (inputs.empty() ? "" : ",") + in;
+  const auto t2 = std::chrono::steady_clock::now();
+  std::string src = inputs;
+  if (n_val > 0) src += fmt::format(" (train split: {} of {} documents, val_fraction {}, seed {})", train.size(), n, o.val_fraction, o.seed);
+  s.train = write_split(o.output, train, *tok, src);
+  if (n_val > 0) {
+    s.has_val = true;
+    s.val = write_split(o.val_output, val, *tok,
+                        fmt::format("{} (validation split: {} of {} documents, val_fraction {}, seed {})", inputs,
+                                    val.size(), n, o.val_fraction, o.seed));
+  }
+  s.write_s = seconds_since(t2);
+  s.total_s = seconds_since(t0);
+  return s;
+}
+
+std::string format_summary(const PrepSummary& s) {
+  std::string out;
+  const auto& c = s.corpus;
+  out += fmt::format("wlb4d-prep: read {} documents ({}) from {} file(s); skipped {} empty, {} without \"text\"",
+                     c.documents, human_bytes(c.bytes), c.files, c.empty_skipped, c.no_text_skipped);
+  if (c.ignored_files) out += fmt::format(", {} other files ignored", c.ignored_files);
+  out += fmt::format("; {} with invalid UTF-8 repaired\n", c.utf8_repaired);
+  out += fmt::format("wlb4d-prep: tokenizer {}, vocab_size {}, eos_id {}\n", s.tokenizer, s.vocab_size, s.eos_id);
+  auto line = [&](const char* name, const SplitSummary& x) {
+    out += fmt::format(
+        "wlb4d-prep: {} {}: {} documents, {} tokens; document length (tokens) p50 {} p90 {} p99 {} max {}\n", name,
+        x.path, x.docs, x.tokens, x.p50, x.p90, x.p99, x.max);
+  };
+  line("train", s.train);
+  if (s.has_val) line("val", s.val);
+  out += fmt::format("wlb4d-prep: time {:.2f} s (read {:.2f} s, tokenizer {:.2f} s, encode+write {:.2f} s)\n",
+                     s.total_s, s.read_s, s.tokenizer_s, s.write_s);
+  return out;
+}
+
+}  // namespace wlb::data

@@ -1,0 +1,637 @@
+/// \file attention.cpp
+/// \brief Document-masked FlashAttention-2 forward/backward (see attention.hpp).
+///
+/// Structure shared by the three team kernels:
+///  * Tiles live in team scratch as dense, zero-padded row-major arrays; the
+///    head dim is padded to Dp (a multiple of the micro-kernel width CB) so the
+///    innermost loops are fixed-width, contiguous and vectorise on the host
+///    without -ffast-math (no floating-point reassociation needed).
+///  * Every tile product is a small GEMM done by `team_gemm`: the output is
+///    cut into RB × CB register blocks, one per team thread, each computed as
+///    a sum of rank-1 updates (broadcast A, contiguous B row). K is stored
+///    transposed in scratch (Kt[d][j]) so S = Q·Kᵀ is such a product too.
+///  * Phases inside a team are separated by team_barrier(); each phase writes
+///    disjoint data (rows or blocks), so there are no races on any backend.
+///  * The mask is per row an interval [kv_lo, kv_hi]; inside a key tile the
+///    allowed keys of a row are one contiguous run, so masking is two loop
+///    bounds, not a per-element test.
+
+#include "wlb4d/model/attention.hpp"
+
+#include "wlb4d/core/kokkos_compat.hpp"
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace wlb::model {
+namespace attn_impl {
+
+using Policy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = Policy::member_type;
+template <class T>
+using Scratch = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+
+// Tile sizes. Measured on the host (Serial, fp32, D=64, default flags):
+// 32/64/128-square tiles give 9.3/9.7/9.5 GFLOP/s fwd+bwd on one 1024-token
+// document and 5.4/4.6/2.8 on 16 × 64-token documents (smaller tiles waste
+// less on the masked half of diagonal tiles). 64 is the compromise. RB × CB is the register
+// block of the tile GEMM: 4 rows × two SIMD vectors (8 accumulators, which
+// leaves registers for the B row and the broadcast with SSE2's 16 xmm; 16
+// accumulators spilled to the stack).
+constexpr int kBQ = 64;  // queries per tile
+constexpr int kBK = 64;  // keys per tile
+constexpr int kRB = 4;   // register-block rows
+#if defined(__AVX__) && !defined(__CUDA_ARCH__)
+constexpr int kSimdFloats = 8;
+#else
+constexpr int kSimdFloats = 4;
+#endif
+template <class Scalar> struct BlockCols;
+template <> struct BlockCols<float> { static constexpr int value = 2 * kSimdFloats; };
+template <> struct BlockCols<double> { static constexpr int value = kSimdFloats; };
+static_assert(kBQ % kRB == 0 && kBK % kRB == 0, "tiles must hold whole register blocks");
+static_assert(kBK % BlockCols<float>::value == 0 && kBK % BlockCols<double>::value == 0,
+              "key tile must hold whole register blocks");
+
+KOKKOS_INLINE_FUNCTION int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+// Larger than any key index; a literal because std::numeric_limits is not
+// callable in CUDA device code without --expt-relaxed-constexpr.
+constexpr int kNoKey = 0x7fffffff;
+
+// Host SIMD path of the micro-kernel. GCC's auto-vectoriser turns the plain
+// loop below into shuffle-heavy code for some block widths (measured 2-15
+// GFLOP/s fp32 on this CPU, against 20 (SSE2) / 35 (AVX2) GFLOP/s for the
+// same loop written with GCC vector extensions), so the host uses explicit
+// vectors; device compilers (CUDA/HIP/SYCL device passes) take the plain loop.
+#if defined(__GNUC__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__) && \
+    !defined(__SYCL_DEVICE_ONLY__)
+#define WLB4D_ATTN_HOST_SIMD 1
+constexpr int kSimdBytes = 4 * kSimdFloats;
+#endif
+
+/// C[r][c] (+)= Σ_k A(r, k) · B[k][c] for one RB × CB block, a sum of rank-1
+/// updates (broadcast an A element, multiply a contiguous B row). A(r, k) is
+/// A[r*lda + k] (row-major A) or, if ATrans, A[k*lda + r] (A given
+/// transposed, for dV = Pᵀ·dO and dK = dSᵀ·Q). B and C are row-major with
+/// leading dimensions ldb, ldc. The accumulators are a fixed-size local
+/// array, kept in registers.
+template <class Scalar, int CB, bool ATrans>
+KOKKOS_INLINE_FUNCTION void gemm_block(int K, const Scalar* KOKKOS_RESTRICT A, int lda,
+                                       const Scalar* KOKKOS_RESTRICT B, int ldb,
+                                       Scalar* KOKKOS_RESTRICT C, int ldc, bool accumulate) {
+#ifdef WLB4D_ATTN_HOST_SIMD
+  typedef Scalar vec __attribute__((vector_size(kSimdBytes)));
+  constexpr int W = kSimdBytes / static_cast<int>(sizeof(Scalar));
+  constexpr int NV = CB / W;
+  static_assert(CB % W == 0, "block width must be whole vectors");
+  vec acc[kRB][NV];
+  for (int r = 0; r < kRB; ++r)
+    for (int c = 0; c < NV; ++c) {
+      if (accumulate)
+        __builtin_memcpy(&acc[r][c], C + r * ldc + c * W, sizeof(vec));
+      else
+        acc[r][c] = vec{};
+    }
+  for (int k = 0; k < K; ++k) {
+    vec b[NV];
+    for (int c = 0; c < NV; ++c) __builtin_memcpy(&b[c], B + k * ldb + c * W, sizeof(vec));
+    for (int r = 0; r < kRB; ++r) {
+      const Scalar a = ATrans ? A[k * lda + r] : A[r * lda + k];
+      for (int c = 0; c < NV; ++c) acc[r][c] += a * b[c];
+    }
+  }
+  for (int r = 0; r < kRB; ++r)
+    for (int c = 0; c < NV; ++c) __builtin_memcpy(C + r * ldc + c * W, &acc[r][c], sizeof(vec));
+#else
+  Scalar acc[kRB][CB];
+  for (int r = 0; r < kRB; ++r)
+    for (int c = 0; c < CB; ++c) acc[r][c] = accumulate ? C[r * ldc + c] : Scalar(0);
+  for (int k = 0; k < K; ++k) {
+    const Scalar* b = B + k * ldb;
+    for (int r = 0; r < kRB; ++r) {
+      const Scalar a = ATrans ? A[k * lda + r] : A[r * lda + k];
+      for (int c = 0; c < CB; ++c) acc[r][c] += a * b[c];
+    }
+  }
+  for (int r = 0; r < kRB; ++r)
+    for (int c = 0; c < CB; ++c) C[r * ldc + c] = acc[r][c];
+#endif
+}
+
+/// Team-parallel C (M × N) (+)= A (M × K) · B (K × N); M % RB == 0, N % CB == 0;
+/// A is row-major (ATrans: given as Aᵀ, K × M row-major) with leading dim lda.
+template <class Scalar, bool ATrans = false>
+KOKKOS_INLINE_FUNCTION void team_gemm(const Member& t, int M, int N, int K, const Scalar* A,
+                                      int lda, const Scalar* B, int ldb, Scalar* C, int ldc,
+                                      bool accumulate) {
+  constexpr int CB = BlockCols<Scalar>::value;
+  const int nbn = N / CB;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, (M / kRB) * nbn), [&](const int b) {
+    const int m0 = (b / nbn) * kRB;
+    const int n0 = (b % nbn) * CB;
+    gemm_block<Scalar, CB, ATrans>(K, ATrans ? A + m0 : A + m0 * lda, lda, B + n0, ldb,
+                                   C + m0 * ldc + n0, ldc, accumulate);
+  });
+}
+
+/// Loads rows [r0, r0+n) of x(:, h, :) into tile[BQ or BK][Dp], times `mul`,
+/// zero-filling padded rows and columns (the GEMMs read whole blocks).
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION void load_rows(const Member& t, const View3<const Scalar>& x, int r0, int n,
+                                      int h, int D, int Dp, int rows, Scalar mul, Scalar* tile) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, rows), [&](const int r) {
+    Scalar* KOKKOS_RESTRICT dst = tile + r * Dp;
+    if (r < n) {
+      // LayoutRight: x(i, h, :) is contiguous; a restrict pointer lets the
+      // host compiler vectorise the copy (through x(...) it stays scalar).
+      const Scalar* KOKKOS_RESTRICT src = &x(r0 + r, h, 0);
+      for (int d = 0; d < D; ++d) dst[d] = mul * src[d];
+      for (int d = D; d < Dp; ++d) dst[d] = Scalar(0);
+    } else {
+      for (int d = 0; d < Dp; ++d) dst[d] = Scalar(0);
+    }
+  });
+}
+
+/// Loads rows [r0, r0+n) of x(:, h, :) transposed: tile[d][r] (ld = kBK).
+/// Parallel over d so that the scratch writes are contiguous (the strided
+/// reads of x stay in L1: one tile of rows is 64 × D elements).
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION void load_rows_t(const Member& t, const View3<const Scalar>& x, int r0,
+                                        int n, int h, int D, int Dp, Scalar* tile) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, Dp), [&](const int d) {
+    Scalar* dst = tile + d * kBK;
+    if (d < D) {
+      for (int r = 0; r < n; ++r) dst[r] = x(r0 + r, h, d);
+      for (int r = n; r < kBK; ++r) dst[r] = Scalar(0);
+    } else {
+      for (int r = 0; r < kBK; ++r) dst[r] = Scalar(0);
+    }
+  });
+}
+
+/// Loads the clamped key range of rows [i0, i0+n) into lo/hi (empty: lo > hi).
+KOKKOS_INLINE_FUNCTION void load_ranges(const Member& t, const View1<const std::int32_t>& kv_lo,
+                                        const View1<const std::int32_t>& kv_hi, int i0, int n,
+                                        int S, int* lo, int* hi) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, n), [&](const int r) {
+    lo[r] = wlb::kmath::max<int>(kv_lo(i0 + r), 0);
+    hi[r] = wlb::kmath::min<int>(kv_hi(i0 + r), S - 1);
+  });
+}
+
+/// True if any of the n rows may attend a key in [j0, j1]. Every thread of
+/// the team computes the same answer, so it can guard barriers.
+KOKKOS_INLINE_FUNCTION bool any_row_overlaps(const int* lo, const int* hi, int n, int j0, int j1) {
+  for (int r = 0; r < n; ++r)
+    if (lo[r] <= hi[r] && lo[r] <= j1 && hi[r] >= j0) return true;
+  return false;
+}
+
+/// [min lo, max hi] over the non-empty rows (jmin > jmax if all are empty).
+KOKKOS_INLINE_FUNCTION void key_span(const int* lo, const int* hi, int n, int& jmin, int& jmax) {
+  jmin = kNoKey;
+  jmax = -1;
+  for (int r = 0; r < n; ++r) {
+    if (lo[r] > hi[r]) continue;
+    jmin = wlb::kmath::min(jmin, lo[r]);
+    jmax = wlb::kmath::max(jmax, hi[r]);
+  }
+}
+
+/// Backward row phase shared by both backward kernels: for row i of the tile,
+/// turns S (scaled scores) into P = exp(S - lse_i) and dP into
+/// dS = P ∘ (dP - D_i) on the allowed keys, zero elsewhere (so padded and
+/// masked entries contribute nothing to dK, dV, dQ and never touch exp).
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION void softmax_grad_row(Scalar* s, Scalar* dp, int lo, int hi, int j0,
+                                             int nk, int ncols, Scalar lse_i, Scalar d_i) {
+  const int jb = wlb::kmath::max(lo - j0, 0);
+  const int je = wlb::kmath::min(hi - j0, nk - 1);  // jb > je: nothing allowed
+  for (int j = 0; j < ncols; ++j) {
+    if (j >= jb && j <= je) {
+      const Scalar p = wlb::kmath::exp(s[j] - lse_i);
+      s[j] = p;
+      dp[j] = p * (dp[j] - d_i);
+    } else {
+      s[j] = Scalar(0);
+      dp[j] = Scalar(0);
+    }
+  }
+}
+
+/// Shapes common to forward and backward, checked on the host.
+struct Dims {
+  int T, S, Hq, Hkv, D;
+};
+
+template <class Scalar>
+Dims check_dims(const char* fn, const View3<const Scalar>& q, const View3<const Scalar>& k,
+                const View3<const Scalar>& v, const View1<const std::int32_t>& kv_lo,
+                const View1<const std::int32_t>& kv_hi) {
+  auto fail = [fn](const std::string& what) {
+    throw std::invalid_argument(std::string(fn) + ": " + what);
+  };
+  Dims d{static_cast<int>(q.extent(0)), static_cast<int>(k.extent(0)),
+         static_cast<int>(q.extent(1)), static_cast<int>(k.extent(1)),
+         static_cast<int>(q.extent(2))};
+  if (k.extent(2) != q.extent(2) || v.extent(2) != q.extent(2))
+    fail("head dim D differs between q, k, v (" + std::to_string(q.extent(2)) + ", " +
+         std::to_string(k.extent(2)) + ", " + std::to_string(v.extent(2)) + ")");
+  if (v.extent(0) != k.extent(0) || v.extent(1) != k.extent(1))
+    fail("v must have the shape [S][Hkv][D] of k");
+  if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
+    fail("query heads Hq=" + std::to_string(d.Hq) + " must be a positive multiple of kv heads Hkv=" +
+         std::to_string(d.Hkv));
+  if (d.D <= 0) fail("head dim D must be positive");
+  if (kv_lo.extent(0) != q.extent(0) || kv_hi.extent(0) != q.extent(0))
+    fail("kv_lo and kv_hi must have one entry per query token (T=" + std::to_string(d.T) + ")");
+  return d;
+}
+
+template <class V, class W>
+void check_same3(const char* fn, const char* name, const V& x, const W& ref, const char* refname) {
+  if (x.extent(0) != ref.extent(0) || x.extent(1) != ref.extent(1) || x.extent(2) != ref.extent(2))
+    throw std::invalid_argument(std::string(fn) + ": " + name + " must have the shape of " +
+                                refname);
+}
+
+/// Level-0 (fast, on-chip) scratch if the tiles fit, else level 1; the tile
+/// sizes are tuned for the host, where level 0 is ordinary memory.
+inline int scratch_level(std::size_t bytes) {
+  return bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
+}
+
+// ---------------------------------------------------------------- forward --
+
+template <class Scalar>
+void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v,
+             View1<const std::int32_t> kv_lo, View1<const std::int32_t> kv_hi, Scalar scale,
+             View3<Scalar> out, View2<Scalar> lse) {
+  const Dims dm = check_dims("attention_forward", q, k, v, kv_lo, kv_hi);
+  check_same3("attention_forward", "out", out, q, "q [T][Hq][D]");
+  if (lse.extent(0) != q.extent(1) || lse.extent(1) != q.extent(0))
+    throw std::invalid_argument("attention_forward: lse must be [Hq][T]");
+  if (dm.T == 0 || dm.Hq == 0) return;
+
+  constexpr int CB = BlockCols<Scalar>::value;
+  const int T = dm.T, S = dm.S, D = dm.D, Dp = round_up(D, CB);
+  const int group = dm.Hq / dm.Hkv;
+  const int nqt = (T + kBQ - 1) / kBQ;
+  const Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
+
+  const std::size_t bytes = Scratch<Scalar>::shmem_size(kBQ * Dp)    // Qs
+                            + Scratch<Scalar>::shmem_size(Dp * kBK)  // Kt
+                            + Scratch<Scalar>::shmem_size(kBK * Dp)  // Vs
+                            + Scratch<Scalar>::shmem_size(kBQ * kBK) // S / P
+                            + Scratch<Scalar>::shmem_size(kBQ * Dp)  // O accumulator
+                            + 2 * Scratch<Scalar>::shmem_size(kBQ)   // m, l
+                            + 2 * Scratch<int>::shmem_size(kBQ);     // lo, hi
+  const int lvl = scratch_level(bytes);
+
+  Kokkos::parallel_for(
+      "wlb::model::attention_forward",
+      Policy(dm.Hq * nqt, Kokkos::AUTO).set_scratch_size(lvl, Kokkos::PerTeam(bytes)),
+      KOKKOS_LAMBDA(const Member& t) {
+        const int h = t.league_rank() / nqt;
+        const int i0 = (t.league_rank() % nqt) * kBQ;
+        const int nq = wlb::kmath::min(kBQ, T - i0);
+        const int hk = h / group;
+        const int M = round_up(nq, kRB);
+        Scratch<Scalar> Qs(t.team_scratch(lvl), kBQ * Dp), Kt(t.team_scratch(lvl), Dp * kBK),
+            Vs(t.team_scratch(lvl), kBK * Dp), Sb(t.team_scratch(lvl), kBQ * kBK),
+            Ob(t.team_scratch(lvl), kBQ * Dp), mb(t.team_scratch(lvl), kBQ),
+            lb(t.team_scratch(lvl), kBQ);
+        Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ);
+
+        // Q is pre-multiplied by the softmax scale: S = Qs·Kᵀ is already scaled.
+        load_rows<Scalar>(t, q, i0, nq, h, D, Dp, kBQ, scale, Qs.data());
+        load_ranges(t, kv_lo, kv_hi, i0, nq, S, lo.data(), hi.data());
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBQ), [&](const int r) {
+          mb(r) = neg_inf;
+          lb(r) = Scalar(0);
+          for (int d = 0; d < Dp; ++d) Ob(r * Dp + d) = Scalar(0);
+        });
+        t.team_barrier();
+
+        int jmin, jmax;
+        key_span(lo.data(), hi.data(), nq, jmin, jmax);
+        for (int j0 = (jmin > jmax ? S : jmin / kBK * kBK); j0 <= jmax; j0 += kBK) {
+          const int nk = wlb::kmath::min(kBK, S - j0);
+          // A key tile that no row may see costs nothing (document boundaries).
+          if (!any_row_overlaps(lo.data(), hi.data(), nq, j0, j0 + nk - 1)) continue;
+          const int N = round_up(nk, CB);
+          load_rows_t<Scalar>(t, k, j0, nk, hk, D, Dp, Kt.data());
+          load_rows<Scalar>(t, v, j0, nk, hk, D, Dp, kBK, Scalar(1), Vs.data());
+          t.team_barrier();
+          team_gemm<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK, false);
+          t.team_barrier();
+          // Online softmax (FA-2 Alg. 1 lines 8-10), one row per thread.
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
+            Scalar* s = Sb.data() + r * kBK;
+            const int jb = wlb::kmath::max(lo(r) - j0, 0);
+            const int je = wlb::kmath::min(hi(r) - j0, nk - 1);
+            if (jb > je) {  // row sees no key of this tile: P = 0, state unchanged
+              for (int j = 0; j < N; ++j) s[j] = Scalar(0);
+              return;
+            }
+            const Scalar m_old = mb(r);
+            Scalar m_new = m_old;
+            for (int j = jb; j <= je; ++j) m_new = wlb::kmath::max(m_new, s[j]);
+            // m_old = -inf on the first visited tile: alpha = exp(-inf) = 0.
+            const Scalar alpha = wlb::kmath::exp(m_old - m_new);
+            Scalar sum = 0;
+            for (int j = 0; j < jb; ++j) s[j] = Scalar(0);
+            for (int j = jb; j <= je; ++j) {
+              const Scalar p = wlb::kmath::exp(s[j] - m_new);
+              s[j] = p;
+              sum += p;
+            }
+            for (int j = je + 1; j < N; ++j) s[j] = Scalar(0);
+            mb(r) = m_new;
+            lb(r) = alpha * lb(r) + sum;
+            if (alpha != Scalar(1)) {
+              Scalar* o = Ob.data() + r * Dp;
+              for (int d = 0; d < Dp; ++d) o[d] *= alpha;
+            }
+          });
+          t.team_barrier();
+          team_gemm<Scalar>(t, M, Dp, nk, Sb.data(), kBK, Vs.data(), Dp, Ob.data(), Dp, true);
+          t.team_barrier();
+        }
+
+        // Normalise (Alg. 1 line 12) and store lse (line 13).
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
+          const Scalar l = lb(r);
+          const Scalar inv = l > Scalar(0) ? Scalar(1) / l : Scalar(0);
+          for (int d = 0; d < D; ++d) out(i0 + r, h, d) = Ob(r * Dp + d) * inv;
+          lse(h, i0 + r) = l > Scalar(0) ? mb(r) + wlb::kmath::log(l) : neg_inf;
+        });
+      });
+}
+
+// --------------------------------------------------------------- backward --
+
+template <class Scalar>
+void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v,
+              View3<const Scalar> out, View3<const Scalar> dout, View2<const Scalar> lse,
+              View1<const std::int32_t> kv_lo, View1<const std::int32_t> kv_hi, Scalar scale,
+              View3<Scalar> dq, View3<Scalar> dk, View3<Scalar> dv) {
+  const char* fn = "attention_backward";
+  const Dims dm = check_dims(fn, q, k, v, kv_lo, kv_hi);
+  check_same3(fn, "out", out, q, "q [T][Hq][D]");
+  check_same3(fn, "dout", dout, q, "q [T][Hq][D]");
+  check_same3(fn, "dq", dq, q, "q [T][Hq][D]");
+  check_same3(fn, "dk", dk, k, "k [S][Hkv][D]");
+  check_same3(fn, "dv", dv, k, "k [S][Hkv][D]");
+  if (lse.extent(0) != q.extent(1) || lse.extent(1) != q.extent(0))
+    throw std::invalid_argument("attention_backward: lse must be [Hq][T]");
+
+  constexpr int CB = BlockCols<Scalar>::value;
+  const int T = dm.T, S = dm.S, D = dm.D, Dp = round_up(D, CB);
+  const int Hq = dm.Hq, Hkv = dm.Hkv, group = Hq / Hkv;
+  const int nqt = (T + kBQ - 1) / kBQ;
+  const int nkt = (S + kBK - 1) / kBK;
+
+  // D_i = rowsum(dO ∘ O) (FA-2 Alg. 2 line 4), [Hq][T].
+  View2<Scalar> Dvec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attn_bwd_Dvec"), Hq, T);
+  Kokkos::parallel_for(
+      "wlb::model::attention_backward_rowdot",
+      Kokkos::RangePolicy<ExecSpace>(0, static_cast<std::int64_t>(T) * Hq),
+      KOKKOS_LAMBDA(const std::int64_t n) {
+        const int i = static_cast<int>(n / Hq), h = static_cast<int>(n % Hq);
+        Scalar acc = 0;
+        for (int d = 0; d < D; ++d) acc += dout(i, h, d) * out(i, h, d);
+        Dvec(h, i) = acc;
+      });
+
+  // Per query tile: [min lo, max hi] over its rows, so a key tile skips query
+  // tiles that cannot see it in O(1).
+  Kokkos::View<int* [2], Layout, MemSpace> qspan("attn_bwd_qspan", nqt);
+  Kokkos::parallel_for(
+      "wlb::model::attention_backward_qspan", Kokkos::RangePolicy<ExecSpace>(0, nqt),
+      KOKKOS_LAMBDA(const int qt) {
+        int jmin = kNoKey, jmax = -1;
+        for (int i = qt * kBQ; i < wlb::kmath::min(T, (qt + 1) * kBQ); ++i) {
+          const int lo = wlb::kmath::max<int>(kv_lo(i), 0);
+          const int hi = wlb::kmath::min<int>(kv_hi(i), S - 1);
+          if (lo > hi) continue;
+          jmin = wlb::kmath::min(jmin, lo);
+          jmax = wlb::kmath::max(jmax, hi);
+        }
+        qspan(qt, 0) = jmin;
+        qspan(qt, 1) = jmax;
+      });
+
+  // ---- dK, dV: one team per (kv head, key tile), looping over the query
+  // heads of its group and the query tiles that may see it (Alg. 2 lines
+  // 5-20 without the dQ update, which would need atomics).
+  if (S > 0 && Hkv > 0) {
+    const std::size_t bytes = 2 * Scratch<Scalar>::shmem_size(Dp * kBK)    // Kt, Vt
+                              + 2 * Scratch<Scalar>::shmem_size(kBQ * Dp)  // Qs, dOs
+                              + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
+                              + 2 * Scratch<Scalar>::shmem_size(kBK * Dp)  // dK, dV acc
+                              + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
+                              + 2 * Scratch<int>::shmem_size(kBQ);         // lo, hi
+    const int lvl = scratch_level(bytes);
+    Kokkos::parallel_for(
+        "wlb::model::attention_backward_dkdv",
+        Policy(Hkv * nkt, Kokkos::AUTO).set_scratch_size(lvl, Kokkos::PerTeam(bytes)),
+        KOKKOS_LAMBDA(const Member& t) {
+          const int hk = t.league_rank() / nkt;
+          const int j0 = (t.league_rank() % nkt) * kBK;
+          const int nk = wlb::kmath::min(kBK, S - j0);
+          const int j1 = j0 + nk - 1;
+          const int N = round_up(nk, CB);
+          const int Mk = round_up(nk, kRB);
+          Scratch<Scalar> Kt(t.team_scratch(lvl), Dp * kBK), Vt(t.team_scratch(lvl), Dp * kBK),
+              Qs(t.team_scratch(lvl), kBQ * Dp), dOs(t.team_scratch(lvl), kBQ * Dp),
+              Sb(t.team_scratch(lvl), kBQ * kBK), dPb(t.team_scratch(lvl), kBQ * kBK),
+              dKa(t.team_scratch(lvl), kBK * Dp), dVa(t.team_scratch(lvl), kBK * Dp),
+              lse_s(t.team_scratch(lvl), kBQ), D_s(t.team_scratch(lvl), kBQ);
+          Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ);
+
+          load_rows_t<Scalar>(t, k, j0, nk, hk, D, Dp, Kt.data());
+          load_rows_t<Scalar>(t, v, j0, nk, hk, D, Dp, Vt.data());
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBK * Dp), [&](const int n) {
+            dKa(n) = Scalar(0);
+            dVa(n) = Scalar(0);
+          });
+          t.team_barrier();
+
+          for (int qt = 0; qt < nqt; ++qt) {
+            if (qspan(qt, 0) > j1 || qspan(qt, 1) < j0) continue;  // same for all threads
+            const int i0 = qt * kBQ;
+            const int nq = wlb::kmath::min(kBQ, T - i0);
+            const int M = round_up(nq, kRB);
+            load_ranges(t, kv_lo, kv_hi, i0, nq, S, lo.data(), hi.data());
+            t.team_barrier();
+            if (!any_row_overlaps(lo.data(), hi.data(), nq, j0, j1)) {
+              t.team_barrier();  // lo/hi are rewritten by the next iteration
+              continue;
+            }
+            for (int h = hk * group; h < (hk + 1) * group; ++h) {
+              // Qs holds scale·q, so dK = dSᵀ·Qs needs no extra scaling.
+              load_rows<Scalar>(t, q, i0, nq, h, D, Dp, kBQ, scale, Qs.data());
+              load_rows<Scalar>(t, dout, i0, nq, h, D, Dp, kBQ, Scalar(1), dOs.data());
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
+                lse_s(r) = lse(h, i0 + r);
+                D_s(r) = Dvec(h, i0 + r);
+              });
+              t.team_barrier();
+              team_gemm<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK,
+                                false);
+              team_gemm<Scalar>(t, M, N, D, dOs.data(), Dp, Vt.data(), kBK, dPb.data(), kBK,
+                                false);
+              t.team_barrier();
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(t, M), [&](const int r) {
+                if (r < nq)
+                  softmax_grad_row(Sb.data() + r * kBK, dPb.data() + r * kBK, lo(r), hi(r), j0, nk,
+                                   N, lse_s(r), D_s(r));
+                else  // padded rows must not add to dK/dV
+                  for (int j = 0; j < N; ++j) Sb(r * kBK + j) = dPb(r * kBK + j) = Scalar(0);
+              });
+              t.team_barrier();
+              // dV += Pᵀ·dO, dK += dSᵀ·(scale·Q)  (Alg. 2 lines 12, 15)
+              team_gemm<Scalar, true>(t, Mk, Dp, M, Sb.data(), kBK, dOs.data(), Dp, dVa.data(), Dp,
+                                true);
+              team_gemm<Scalar, true>(t, Mk, Dp, M, dPb.data(), kBK, Qs.data(), Dp, dKa.data(), Dp,
+                                true);
+              t.team_barrier();
+            }
+          }
+
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nk), [&](const int r) {
+            for (int d = 0; d < D; ++d) {
+              dk(j0 + r, hk, d) = dKa(r * Dp + d);
+              dv(j0 + r, hk, d) = dVa(r * Dp + d);
+            }
+          });
+        });
+  }
+
+  // ---- dQ: one team per (query head, query tile) (Alg. 2 lines 13-14,
+  // accumulated in scratch instead of atomically in global memory).
+  if (T > 0 && Hq > 0) {
+    const std::size_t bytes = 2 * Scratch<Scalar>::shmem_size(Dp * kBK)    // Kt, Vt
+                              + Scratch<Scalar>::shmem_size(kBK * Dp)      // Ks
+                              + 2 * Scratch<Scalar>::shmem_size(kBQ * Dp)  // Qs, dOs
+                              + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
+                              + Scratch<Scalar>::shmem_size(kBQ * Dp)      // dQ acc
+                              + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
+                              + 2 * Scratch<int>::shmem_size(kBQ);         // lo, hi
+    const int lvl = scratch_level(bytes);
+    Kokkos::parallel_for(
+        "wlb::model::attention_backward_dq",
+        Policy(Hq * nqt, Kokkos::AUTO).set_scratch_size(lvl, Kokkos::PerTeam(bytes)),
+        KOKKOS_LAMBDA(const Member& t) {
+          const int h = t.league_rank() / nqt;
+          const int i0 = (t.league_rank() % nqt) * kBQ;
+          const int nq = wlb::kmath::min(kBQ, T - i0);
+          const int hk = h / group;
+          const int M = round_up(nq, kRB);
+          Scratch<Scalar> Kt(t.team_scratch(lvl), Dp * kBK), Vt(t.team_scratch(lvl), Dp * kBK),
+              Ks(t.team_scratch(lvl), kBK * Dp), Qs(t.team_scratch(lvl), kBQ * Dp),
+              dOs(t.team_scratch(lvl), kBQ * Dp), Sb(t.team_scratch(lvl), kBQ * kBK),
+              dPb(t.team_scratch(lvl), kBQ * kBK), dQa(t.team_scratch(lvl), kBQ * Dp),
+              lse_s(t.team_scratch(lvl), kBQ), D_s(t.team_scratch(lvl), kBQ);
+          Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ);
+
+          load_rows<Scalar>(t, q, i0, nq, h, D, Dp, kBQ, scale, Qs.data());
+          load_rows<Scalar>(t, dout, i0, nq, h, D, Dp, kBQ, Scalar(1), dOs.data());
+          load_ranges(t, kv_lo, kv_hi, i0, nq, S, lo.data(), hi.data());
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBQ), [&](const int r) {
+            lse_s(r) = r < nq ? lse(h, i0 + r) : Scalar(0);
+            D_s(r) = r < nq ? Dvec(h, i0 + r) : Scalar(0);
+            for (int d = 0; d < Dp; ++d) dQa(r * Dp + d) = Scalar(0);
+          });
+          t.team_barrier();
+
+          int jmin, jmax;
+          key_span(lo.data(), hi.data(), nq, jmin, jmax);
+          for (int j0 = (jmin > jmax ? S : jmin / kBK * kBK); j0 <= jmax; j0 += kBK) {
+            const int nk = wlb::kmath::min(kBK, S - j0);
+            if (!any_row_overlaps(lo.data(), hi.data(), nq, j0, j0 + nk - 1)) continue;
+            const int N = round_up(nk, CB);
+            load_rows_t<Scalar>(t, k, j0, nk, hk, D, Dp, Kt.data());
+            load_rows_t<Scalar>(t, v, j0, nk, hk, D, Dp, Vt.data());
+            load_rows<Scalar>(t, k, j0, nk, hk, D, Dp, kBK, Scalar(1), Ks.data());
+            t.team_barrier();
+            team_gemm<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK, false);
+            team_gemm<Scalar>(t, M, N, D, dOs.data(), Dp, Vt.data(), kBK, dPb.data(), kBK,
+                              false);
+            t.team_barrier();
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
+              softmax_grad_row(Sb.data() + r * kBK, dPb.data() + r * kBK, lo(r), hi(r), j0, nk, N,
+                               lse_s(r), D_s(r));
+            });
+            t.team_barrier();
+            // dQ += dS·K (the scale is applied once, at the store).
+            team_gemm<Scalar>(t, M, Dp, nk, dPb.data(), kBK, Ks.data(), Dp, dQa.data(), Dp,
+                              true);
+            t.team_barrier();
+          }
+
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
+            for (int d = 0; d < D; ++d) dq(i0 + r, h, d) = scale * dQa(r * Dp + d);
+          });
+        });
+  }
+}
+
+}  // namespace attn_impl
+
+// ------------------------------------------------------------ public API --
+
+template <class Scalar>
+void attention_forward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar>> k,
+                       no_deduce_t<CView3<Scalar>> v, CView1<std::int32_t> kv_lo,
+                       CView1<std::int32_t> kv_hi, no_deduce_t<Scalar> scale, View3<Scalar> out,
+                       View2<Scalar> lse) {
+  attn_impl::forward<Scalar>(q, k, v, kv_lo, kv_hi, scale, out, lse);
+}
+
+template <class Scalar>
+void attention_backward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar>> k,
+                        no_deduce_t<CView3<Scalar>> v, no_deduce_t<CView3<Scalar>> out,
+                        no_deduce_t<CView3<Scalar>> dout, no_deduce_t<CView2<Scalar>> lse,
+                        CView1<std::int32_t> kv_lo, CView1<std::int32_t> kv_hi,
+                        no_deduce_t<Scalar> scale, View3<Scalar> dq, View3<Scalar> dk,
+                        View3<Scalar> dv) {
+  attn_impl::backward<Scalar>(q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv);
+}
+
+double attention_flops_forward(HostCIntVec kv_lo, HostCIntVec kv_hi, std::int64_t num_keys,
+                               int heads_q, int head_dim) {
+  if (kv_lo.extent(0) != kv_hi.extent(0))
+    throw std::invalid_argument("attention_flops_forward: kv_lo and kv_hi differ in length");
+  if (num_keys < 0 || heads_q < 0 || head_dim < 0)
+    throw std::invalid_argument("attention_flops_forward: sizes must be non-negative");
+  double pairs = 0;
+  for (std::size_t i = 0; i < kv_lo.extent(0); ++i) {
+    const std::int64_t lo = kv_lo(i) < 0 ? 0 : kv_lo(i);
+    const std::int64_t hi = kv_hi(i) > num_keys - 1 ? num_keys - 1 : kv_hi(i);
+    if (hi >= lo) pairs += static_cast<double>(hi - lo + 1);
+  }
+  return 4.0 * head_dim * heads_q * pairs;
+}
+
+double attention_flops_forward_backward(HostCIntVec kv_lo, HostCIntVec kv_hi,
+                                        std::int64_t num_keys, int heads_q, int head_dim) {
+  return (1.0 + kAttentionBackwardFlopFactor) *
+         attention_flops_forward(kv_lo, kv_hi, num_keys, heads_q, head_dim);
+}
+
+#define WLB4D_INSTANTIATE_ATTENTION(S)                                                        \
+  template void attention_forward<S>(CView3<S>, CView3<S>, CView3<S>, CView1<std::int32_t>,  \
+                                     CView1<std::int32_t>, S, View3<S>, View2<S>);           \
+  template void attention_backward<S>(CView3<S>, CView3<S>, CView3<S>, CView3<S>, CView3<S>, \
+                                      CView2<S>, CView1<std::int32_t>, CView1<std::int32_t>, \
+                                      S, View3<S>, View3<S>, View3<S>);
+WLB4D_INSTANTIATE_ATTENTION(float)
+WLB4D_INSTANTIATE_ATTENTION(double)
+#undef WLB4D_INSTANTIATE_ATTENTION
+
+}  // namespace wlb::model

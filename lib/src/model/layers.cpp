@@ -1,0 +1,335 @@
+// Kernels of layers.hpp. Every loop is a labelled Kokkos parallel construct;
+// math goes through wlb::kmath so the same source builds for CUDA.
+#include "wlb4d/model/layers.hpp"
+
+#include "wlb4d/core/kokkos_compat.hpp"
+
+#include <KokkosBlas3_gemm.hpp>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace wlb::model {
+
+namespace {
+
+using Team = Kokkos::TeamPolicy<ExecSpace>;
+using Member = Team::member_type;
+using MD2 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+using MD3 = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>;
+
+void require(bool ok, const char* fn, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string("wlb::model::") + fn + ": " + what);
+}
+
+std::string dims(std::size_t a, std::size_t b) {
+  return "[" + std::to_string(a) + "][" + std::to_string(b) + "]";
+}
+
+}  // namespace
+
+// ---- linear -----------------------------------------------------------------------
+
+template <class Scalar>
+void linear_forward(const View2<Scalar>& x, const View2<Scalar>& w, const View2<Scalar>& y, Scalar beta) {
+  require(x.extent(1) == w.extent(1) && y.extent(0) == x.extent(0) && y.extent(1) == w.extent(0),
+          "linear_forward", "x" + dims(x.extent(0), x.extent(1)) + " W" + dims(w.extent(0), w.extent(1)) +
+                                " y" + dims(y.extent(0), y.extent(1)) + " do not fit y = x·Wᵀ");
+  if (x.extent(0) == 0) return;
+  KokkosBlas::gemm("N", "T", Scalar(1), x, w, beta, y);
+}
+
+template <class Scalar>
+void linear_backward(const View2<Scalar>& x, const View2<Scalar>& w, const View2<Scalar>& dy,
+                     const View2<Scalar>& dx, const View2<Scalar>& dw, Scalar beta_dx) {
+  require(dy.extent(0) == x.extent(0) && dy.extent(1) == w.extent(0) && x.extent(1) == w.extent(1) &&
+              dw.extent(0) == w.extent(0) && dw.extent(1) == w.extent(1),
+          "linear_backward", "x" + dims(x.extent(0), x.extent(1)) + " W" + dims(w.extent(0), w.extent(1)) +
+                                 " dy" + dims(dy.extent(0), dy.extent(1)) + " dW" +
+                                 dims(dw.extent(0), dw.extent(1)) + " are inconsistent");
+  if (x.extent(0) == 0) return;
+  if (dx.data() != nullptr) {
+    require(dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1), "linear_backward",
+            "dx" + dims(dx.extent(0), dx.extent(1)) + " must match x" + dims(x.extent(0), x.extent(1)));
+    KokkosBlas::gemm("N", "N", Scalar(1), dy, w, beta_dx, dx);
+  }
+  KokkosBlas::gemm("T", "N", Scalar(1), dy, x, Scalar(1), dw);
+}
+
+// ---- embedding ------------------------------------------------------------------------
+
+template <class Scalar>
+void embedding_forward(const IntVec& ids, std::int64_t T, std::int64_t v0, const View2<Scalar>& table,
+                       const View2<Scalar>& out) {
+  require(table.extent(1) == out.extent(1) && std::int64_t(out.extent(0)) >= T &&
+              std::int64_t(ids.extent(0)) >= T,
+          "embedding_forward", "table/out/ids extents do not fit T=" + std::to_string(T));
+  const std::int64_t d = std::int64_t(table.extent(1));
+  const std::int64_t vl = std::int64_t(table.extent(0));
+  if (T == 0 || d == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::embedding_fwd", MD2({0, 0}, {T, d}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t j) {
+        const std::int64_t r = std::int64_t(ids(t)) - v0;
+        out(t, j) = (r >= 0 && r < vl) ? table(r, j) : Scalar(0);
+      });
+}
+
+template <class Scalar>
+void embedding_backward(const IntVec& ids, std::int64_t T, std::int64_t v0, const View2<Scalar>& dout,
+                        const View2<Scalar>& dtable) {
+  require(dtable.extent(1) == dout.extent(1) && std::int64_t(dout.extent(0)) >= T &&
+              std::int64_t(ids.extent(0)) >= T,
+          "embedding_backward", "dtable/dout/ids extents do not fit T=" + std::to_string(T));
+  const std::int64_t d = std::int64_t(dtable.extent(1));
+  const std::int64_t vl = std::int64_t(dtable.extent(0));
+  // One work item per column: two tokens with the same id never touch the same
+  // element concurrently, and the sum over tokens has a fixed order.
+  Kokkos::parallel_for(
+      "wlb::model::embedding_bwd", Kokkos::RangePolicy<ExecSpace>(0, d), KOKKOS_LAMBDA(const std::int64_t j) {
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::int64_t r = std::int64_t(ids(t)) - v0;
+          if (r >= 0 && r < vl) dtable(r, j) += dout(t, j);
+        }
+      });
+}
+
+// ---- RMSNorm -------------------------------------------------------------------------------
+
+template <class Scalar>
+void rmsnorm_forward(const View2<Scalar>& x, std::int64_t T, const View1<Scalar>& w, double eps,
+                     const View2<Scalar>& y, const View1<Scalar>& rstd) {
+  const int d = int(x.extent(1));
+  require(w.extent(0) == x.extent(1) && y.extent(1) == x.extent(1) && std::int64_t(x.extent(0)) >= T &&
+              std::int64_t(y.extent(0)) >= T && std::int64_t(rstd.extent(0)) >= T,
+          "rmsnorm_forward", "x/w/y/rstd extents do not fit T=" + std::to_string(T));
+  if (T == 0) return;
+  const Scalar seps = Scalar(eps);
+  Kokkos::parallel_for(
+      "wlb::model::rmsnorm_fwd", Team(int(T), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int t = m.league_rank();
+        Scalar ss = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, d), [&](const int j, Scalar& a) { a += x(t, j) * x(t, j); }, ss);
+        const Scalar r = Scalar(1) / kmath::sqrt(ss / Scalar(d) + seps);
+        Kokkos::single(Kokkos::PerTeam(m), [&]() { rstd(t) = r; });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d), [&](const int j) { y(t, j) = x(t, j) * r * w(j); });
+      });
+}
+
+template <class Scalar>
+void rmsnorm_backward(const View2<Scalar>& x, std::int64_t T, const View1<Scalar>& w,
+                      const View1<Scalar>& rstd, const View2<Scalar>& dy, const View2<Scalar>& dx,
+                      const View1<Scalar>& dw, bool accumulate_dx) {
+  const int d = int(x.extent(1));
+  require(w.extent(0) == x.extent(1) && dy.extent(1) == x.extent(1) && dx.extent(1) == x.extent(1) &&
+              dw.extent(0) == x.extent(1) && std::int64_t(dy.extent(0)) >= T &&
+              std::int64_t(dx.extent(0)) >= T && std::int64_t(rstd.extent(0)) >= T,
+          "rmsnorm_backward", "x/w/dy/dx/dw/rstd extents do not fit T=" + std::to_string(T));
+  if (T == 0) return;
+  // dw first: it reads dy and x, and dx may be the buffer dy is later read from
+  // by the caller (it never aliases dy itself).
+  Kokkos::parallel_for(
+      "wlb::model::rmsnorm_bwd_dw", Kokkos::RangePolicy<ExecSpace>(0, d), KOKKOS_LAMBDA(const int j) {
+        Scalar a = 0;
+        for (std::int64_t t = 0; t < T; ++t) a += dy(t, j) * x(t, j) * rstd(t);
+        dw(j) += a;
+      });
+  // A branch, not a 0/1 factor: 0·dx would turn uninitialised NaNs into NaN.
+  const bool acc = accumulate_dx;
+  Kokkos::parallel_for(
+      "wlb::model::rmsnorm_bwd_dx", Team(int(T), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int t = m.league_rank();
+        Scalar s = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, d), [&](const int j, Scalar& a) { a += w(j) * dy(t, j) * x(t, j); }, s);
+        const Scalar r = rstd(t);
+        const Scalar c = r * r * r * s / Scalar(d);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d), [&](const int j) {
+          const Scalar gj = r * w(j) * dy(t, j) - c * x(t, j);
+          dx(t, j) = acc ? dx(t, j) + gj : gj;
+        });
+      });
+}
+
+// ---- RoPE -------------------------------------------------------------------------------------
+
+template <class Scalar>
+void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, double theta, bool inverse) {
+  const std::int64_t H = std::int64_t(x.extent(1));
+  const std::int64_t D = std::int64_t(x.extent(2));
+  require(D % 2 == 0, "rope_apply", "head_dim " + std::to_string(D) + " must be even");
+  require(std::int64_t(x.extent(0)) >= T && std::int64_t(pos.extent(0)) >= T, "rope_apply",
+          "x/pos extents do not fit T=" + std::to_string(T));
+  if (T == 0 || H == 0) return;
+  const std::int64_t half = D / 2;
+  const double sign = inverse ? -1.0 : 1.0;
+  const double log_theta = std::log(theta);
+  Kokkos::parallel_for(
+      "wlb::model::rope", MD3({0, 0, 0}, {T, H, half}),
+      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h, const std::int64_t i) {
+        // theta^(-2i/D) = exp(-2i/D · ln theta)
+        const double inv_freq = kmath::exp(-2.0 * double(i) / double(D) * log_theta);
+        const double ang = sign * double(pos(t)) * inv_freq;
+        const Scalar c = Scalar(kmath::cos(ang));
+        const Scalar s = Scalar(kmath::sin(ang));
+        const Scalar a = x(t, h, i);
+        const Scalar b = x(t, h, i + half);
+        x(t, h, i) = a * c - b * s;
+        x(t, h, i + half) = b * c + a * s;
+      });
+}
+
+// ---- SwiGLU ------------------------------------------------------------------------------------
+
+template <class Scalar>
+void swiglu_forward(const View2<Scalar>& g, const View2<Scalar>& u, std::int64_t T, const View2<Scalar>& h) {
+  const std::int64_t F = std::int64_t(g.extent(1));
+  require(u.extent(1) == g.extent(1) && h.extent(1) == g.extent(1), "swiglu_forward", "g/u/h widths differ");
+  if (T == 0 || F == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::swiglu_fwd", MD2({0, 0}, {T, F}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t f) {
+        const Scalar z = g(t, f);
+        const Scalar sig = Scalar(1) / (Scalar(1) + kmath::exp(-z));
+        h(t, f) = z * sig * u(t, f);
+      });
+}
+
+template <class Scalar>
+void swiglu_backward(const View2<Scalar>& g, const View2<Scalar>& u, const View2<Scalar>& dh, std::int64_t T,
+                     const View2<Scalar>& dg, const View2<Scalar>& du) {
+  const std::int64_t F = std::int64_t(g.extent(1));
+  require(u.extent(1) == g.extent(1) && dh.extent(1) == g.extent(1) && dg.extent(1) == g.extent(1) &&
+              du.extent(1) == g.extent(1),
+          "swiglu_backward", "g/u/dh/dg/du widths differ");
+  if (T == 0 || F == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::swiglu_bwd", MD2({0, 0}, {T, F}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t f) {
+        const Scalar z = g(t, f);
+        const Scalar sig = Scalar(1) / (Scalar(1) + kmath::exp(-z));
+        const Scalar grad = dh(t, f);
+        const Scalar up = u(t, f);
+        dg(t, f) = grad * up * sig * (Scalar(1) + z * (Scalar(1) - sig));
+        du(t, f) = grad * z * sig;
+      });
+}
+
+// ---- cross-entropy -------------------------------------------------------------------------------
+
+template <class Scalar>
+double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
+                             std::int64_t v0, const comm::Communicator& tp, const View1<Scalar>& lse,
+                             const View1<Scalar>& scratch) {
+  const int vl = int(logits.extent(1));
+  require(std::int64_t(logits.extent(0)) >= T && std::int64_t(labels.extent(0)) >= T &&
+              std::int64_t(lse.extent(0)) >= T && std::int64_t(scratch.extent(0)) >= 3 * T,
+          "cross_entropy_forward", "logits/labels/lse/scratch extents do not fit T=" + std::to_string(T));
+  if (T == 0) return 0.0;
+  // scratch = [ max (T) | sumexp (T) | target logit (T) ]: sumexp and target
+  // are adjacent so one all-reduce carries both.
+  Scalar* base = scratch.data();
+  View1<Scalar> mx(base, T), se(base + T, T), z(base + 2 * T, T);
+  Kokkos::parallel_for(
+      "wlb::model::ce_max", Team(int(T), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int t = m.league_rank();
+        Scalar a = logits(t, 0);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, vl), [&](const int v, Scalar& acc) { acc = kmath::max(acc, logits(t, v)); },
+            Kokkos::Max<Scalar>(a));
+        Kokkos::single(Kokkos::PerTeam(m), [&]() { mx(t) = a; });
+      });
+  if (tp.size() > 1) {
+    Kokkos::fence();
+    tp.allreduce(mx.data(), std::size_t(T), comm::ReduceOp::Max);
+  }
+  Kokkos::parallel_for(
+      "wlb::model::ce_sumexp", Team(int(T), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int t = m.league_rank();
+        const Scalar mt = mx(t);
+        Scalar s = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, vl), [&](const int v, Scalar& acc) { acc += kmath::exp(logits(t, v) - mt); },
+            s);
+        Kokkos::single(Kokkos::PerTeam(m), [&]() {
+          se(t) = s;
+          const std::int64_t r = std::int64_t(labels(t)) - v0;
+          z(t) = (labels(t) >= 0 && r >= 0 && r < vl) ? logits(t, r) : Scalar(0);
+        });
+      });
+  if (tp.size() > 1) {
+    Kokkos::fence();
+    tp.allreduce(se.data(), std::size_t(2 * T), comm::ReduceOp::Sum);
+  }
+  double loss = 0;
+  Kokkos::parallel_reduce(
+      "wlb::model::ce_loss", Kokkos::RangePolicy<ExecSpace>(0, T),
+      KOKKOS_LAMBDA(const std::int64_t t, double& acc) {
+        const Scalar l = kmath::log(se(t)) + mx(t);
+        lse(t) = l;
+        if (labels(t) >= 0) acc += double(l - z(t));
+      },
+      loss);
+  return loss;
+}
+
+template <class Scalar>
+void cross_entropy_backward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
+                            std::int64_t v0, const View1<Scalar>& lse, double grad_scale,
+                            const View2<Scalar>& dlogits) {
+  const std::int64_t vl = std::int64_t(logits.extent(1));
+  require(dlogits.extent(1) == logits.extent(1) && std::int64_t(dlogits.extent(0)) >= T &&
+              std::int64_t(logits.extent(0)) >= T && std::int64_t(lse.extent(0)) >= T,
+          "cross_entropy_backward", "logits/dlogits/lse extents do not fit T=" + std::to_string(T));
+  if (T == 0 || vl == 0) return;
+  const Scalar gs = Scalar(grad_scale);
+  Kokkos::parallel_for(
+      "wlb::model::ce_bwd", MD2({0, 0}, {T, vl}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t v) {
+        const std::int64_t lab = labels(t);
+        if (lab < 0) {
+          dlogits(t, v) = Scalar(0);
+        } else {
+          const Scalar p = kmath::exp(logits(t, v) - lse(t));
+          dlogits(t, v) = (p - (v0 + v == lab ? Scalar(1) : Scalar(0))) * gs;
+        }
+      });
+}
+
+template <class Scalar>
+void add_inplace(const View2<Scalar>& y, const View2<Scalar>& x, std::int64_t T) {
+  const std::int64_t d = std::int64_t(y.extent(1));
+  require(x.extent(1) == y.extent(1), "add_inplace", "widths differ");
+  if (T == 0 || d == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::add", MD2({0, 0}, {T, d}),
+      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t j) { y(t, j) += x(t, j); });
+}
+
+// ---- explicit instantiations --------------------------------------------------------------------
+
+#define WLB_MODEL_LAYERS_INST(S)                                                                          \
+  template void linear_forward<S>(const View2<S>&, const View2<S>&, const View2<S>&, S);                 \
+  template void linear_backward<S>(const View2<S>&, const View2<S>&, const View2<S>&, const View2<S>&,   \
+                                   const View2<S>&, S);                                                  \
+  template void embedding_forward<S>(const IntVec&, std::int64_t, std::int64_t, const View2<S>&,         \
+                                     const View2<S>&);                                                   \
+  template void embedding_backward<S>(const IntVec&, std::int64_t, std::int64_t, const View2<S>&,        \
+                                      const View2<S>&);                                                  \
+  template void rmsnorm_forward<S>(const View2<S>&, std::int64_t, const View1<S>&, double,               \
+                                   const View2<S>&, const View1<S>&);                                    \
+  template void rmsnorm_backward<S>(const View2<S>&, std::int64_t, const View1<S>&, const View1<S>&,     \
+                                    const View2<S>&, const View2<S>&, const View1<S>&, bool);            \
+  template void rope_apply<S>(const View3<S>&, std::int64_t, const IntVec&, double, bool);               \
+  template void swiglu_forward<S>(const View2<S>&, const View2<S>&, std::int64_t, const View2<S>&);      \
+  template void swiglu_backward<S>(const View2<S>&, const View2<S>&, const View2<S>&, std::int64_t,      \
+                                   const View2<S>&, const View2<S>&);                                    \
+  template double cross_entropy_forward<S>(const View2<S>&, const IntVec&, std::int64_t, std::int64_t,   \
+                                           const comm::Communicator&, const View1<S>&, const View1<S>&); \
+  template void cross_entropy_backward<S>(const View2<S>&, const IntVec&, std::int64_t, std::int64_t,    \
+                                          const View1<S>&, double, const View2<S>&);                     \
+  template void add_inplace<S>(const View2<S>&, const View2<S>&, std::int64_t);
+
+WLB_MODEL_LAYERS_INST(float)
+WLB_MODEL_LAYERS_INST(double)
+#undef WLB_MODEL_LAYERS_INST
+
+}  // namespace wlb::model

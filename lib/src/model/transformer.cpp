@@ -1,0 +1,350 @@
+// Pipeline-stage decoder (transformer.hpp): forward, hand-written backward,
+// Megatron TP collectives, workspaces.
+//
+// Workspace layout. Every saved tensor of a slot is a region of C·width
+// elements (C = max_tokens) inside one allocation; a micro-batch of T ≤ C
+// tokens uses the first T·width elements of each region through an unmanaged
+// LayoutRight View of exact extent. Exact extents matter: GEMMs and the
+// attention kernel check them, and lse is [Hq][T] (T is the inner extent).
+#include "wlb4d/model/transformer.hpp"
+
+#include "wlb4d/model/attention.hpp"
+#include "wlb4d/model/layers.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace wlb::model {
+
+namespace {
+
+template <class S>
+View1<S> v1(S* p, std::int64_t n) {
+  return View1<S>(p, n);
+}
+template <class S>
+View2<S> v2(S* p, std::int64_t r, std::int64_t c) {
+  return View2<S>(p, r, c);
+}
+template <class S>
+View3<S> v3(S* p, std::int64_t a, std::int64_t b, std::int64_t c) {
+  return View3<S>(p, a, b, c);
+}
+CView1<std::int32_t> ci(const IntVec& v, std::int64_t T) { return CView1<std::int32_t>(v.data(), T); }
+
+}  // namespace
+
+std::int64_t matmul_params(const core::ModelConfig& c, std::int64_t vocab) {
+  const std::int64_t d = c.d_model, D = c.head_dim(), F = c.ffn_hidden;
+  const std::int64_t per_layer = 2 * d * c.heads * D + 2 * d * c.kv_heads * D + 3 * d * F;
+  return c.layers * per_layer + vocab * d;
+}
+
+double model_flops(const core::ModelConfig& c, std::int64_t vocab, std::int64_t tokens, std::int64_t pairs) {
+  return 6.0 * double(matmul_params(c, vocab)) * double(tokens) +
+         12.0 * double(c.layers) * double(c.heads) * double(c.head_dim()) * double(pairs);
+}
+
+template <class Scalar>
+Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage,
+                                 comm::Communicator tp, int slots, std::int64_t max_tokens)
+    : cfg_(cfg), vocab_(vocab), tp_(tp), params_(cfg, vocab, stage), cap_(max_tokens) {
+  if (slots < 1) throw std::invalid_argument("wlb::model::Transformer: slots=" + std::to_string(slots) + " < 1");
+  if (max_tokens < 1)
+    throw std::invalid_argument("wlb::model::Transformer: max_tokens=" + std::to_string(max_tokens) + " < 1");
+  if (stage.tp_rank != tp.rank() || stage.tp_size != tp.size())
+    throw std::invalid_argument("wlb::model::Transformer: stage TP shard " + std::to_string(stage.tp_rank) + "/" +
+                                std::to_string(stage.tp_size) + " differs from the TP communicator's rank " +
+                                std::to_string(tp.rank()) + "/" + std::to_string(tp.size()));
+  const int p = tp.size();
+  d_ = cfg.d_model;
+  D_ = cfg.head_dim();
+  hq_ = cfg.heads / p;
+  hkv_ = cfg.kv_heads / p;
+  f_ = split_range(cfg.ffn_hidden, p, tp.rank()).second;
+  const auto vs = split_range(vocab, p, tp.rank());
+  v0_ = vs.first;
+  vl_ = vs.second;
+  const ModelShard& s = params_.shard();
+  nlayers_ = s.layer_end - s.layer_begin;
+
+  // Parameter indices, resolved once (forward/backward do no name look-ups).
+  auto idx = [&](const std::string& n) { return std::size_t(params_.find(n) - &params_[0]); };
+  if (s.embedding) embed_ = idx("embed.weight");
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    const std::string pre = "layers." + std::to_string(l) + ".";
+    lp_.push_back({idx(pre + "attn_norm.weight"), idx(pre + "attn.wq"), idx(pre + "attn.wk"), idx(pre + "attn.wv"),
+                   idx(pre + "attn.wo"), idx(pre + "mlp_norm.weight"), idx(pre + "mlp.w_gate"),
+                   idx(pre + "mlp.w_up"), idx(pre + "mlp.w_down")});
+  }
+  if (s.head) {
+    final_norm_ = idx("final_norm.weight");
+    lm_head_ = idx("lm_head.weight");
+  }
+
+  // Saved activations of one layer, elements per token (order = Field).
+  const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
+  width_ = {d_, 1, d_, qd, kd, kd, qd, hq_, d_, 1, d_, f_, f_, f_};
+  field_off_.assign(kNumFields, 0);
+  layer_stride_ = 0;
+  for (int f = 0; f < kNumFields; ++f) {
+    field_off_[f] = layer_stride_;
+    layer_stride_ += width_[f];
+  }
+  // Stage top: output hidden (every stage), and final norm + logits (last).
+  const std::vector<std::int64_t> top_w = {d_, s.head ? 1 : 0, s.head ? d_ : 0, s.head ? vl_ : 0, s.head ? 1 : 0};
+  top_off_.assign(kNumTop, 0);
+  std::int64_t top = 0;
+  for (int f = 0; f < kNumTop; ++f) {
+    top_off_[f] = nlayers_ * layer_stride_ + top;
+    top += top_w[f];
+  }
+  slot_size_ = (nlayers_ * layer_stride_ + top) * cap_;
+  ws_ = View1<Scalar>("wlb::model::activations", slot_size_ * slots);
+  const std::vector<std::int64_t> scr_w = {d_, d_, qd, kd, kd, qd, f_, f_, f_, 3};
+  scr_off_.assign(kNumScratch, 0);
+  std::int64_t so = 0;
+  for (int f = 0; f < kNumScratch; ++f) {
+    scr_off_[f] = so;
+    so += scr_w[f];
+  }
+  scr_ = View1<Scalar>("wlb::model::grad_scratch", so * cap_);
+  slot_tokens_.assign(slots, -1);
+  kvx_ = std::make_shared<KvExchange<Scalar>>();
+}
+
+template <class Scalar>
+Scalar* Transformer<Scalar>::field(int slot, int layer, Field f) const {
+  return ws_.data() + slot * slot_size_ + (layer * layer_stride_ + field_off_[f]) * cap_;
+}
+
+template <class Scalar>
+Scalar* Transformer<Scalar>::top(int slot, Top f) const {
+  return ws_.data() + slot * slot_size_ + top_off_[f] * cap_;
+}
+
+template <class Scalar>
+Scalar* Transformer<Scalar>::scratch(Scratch f) const {
+  return scr_.data() + scr_off_[f] * cap_;
+}
+
+template <class Scalar>
+void Transformer<Scalar>::allreduce_tp(const View2<Scalar>& x) const {
+  if (tp_.size() > 1) {
+    Kokkos::fence();
+    tp_.allreduce(x.data(), x.span(), comm::ReduceOp::Sum);
+  }
+}
+
+template <class Scalar>
+void Transformer<Scalar>::discard(int slot) {
+  if (slot < 0 || slot >= slots())
+    throw std::invalid_argument("wlb::model::Transformer::discard: slot " + std::to_string(slot) + " of " +
+                                std::to_string(slots()));
+  slot_tokens_[slot] = -1;
+}
+
+template <class Scalar>
+void Transformer<Scalar>::set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x) {
+  kvx_ = x ? std::move(x) : std::make_shared<KvExchange<Scalar>>();
+}
+
+template <class Scalar>
+StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput& mb,
+                                                 const View2<Scalar>& input_hidden) {
+  const ModelShard& s = params_.shard();
+  const std::int64_t T = mb.tokens;
+  if (slot < 0 || slot >= slots())
+    throw std::invalid_argument("wlb::model::Transformer::forward: slot " + std::to_string(slot) + " of " +
+                                std::to_string(slots()));
+  if (T < 1 || T > cap_)
+    throw std::invalid_argument("wlb::model::Transformer::forward: micro-batch of " + std::to_string(T) +
+                                " tokens; capacity is 1.." + std::to_string(cap_));
+  if (slot_tokens_[slot] >= 0)
+    throw std::logic_error("wlb::model::Transformer::forward: slot " + std::to_string(slot) +
+                           " still holds a forward whose backward has not run");
+  auto need = [&](bool ok, const char* what) {
+    if (!ok) throw std::invalid_argument(std::string("wlb::model::Transformer::forward: ") + what);
+  };
+  need(std::int64_t(mb.positions.extent(0)) >= T && std::int64_t(mb.kv_lo.extent(0)) >= T &&
+           std::int64_t(mb.kv_hi.extent(0)) >= T,
+       "positions/kv_lo/kv_hi shorter than T");
+  const Scalar scale = Scalar(1.0 / std::sqrt(double(D_)));
+  const auto kv_lo = ci(mb.kv_lo, T), kv_hi = ci(mb.kv_hi, T);
+  const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
+
+  // Stage input → x_in of the first local layer.
+  const View2<Scalar> x0 = v2(field(slot, 0, kXin), T, d_);
+  if (s.embedding) {
+    need(std::int64_t(mb.token_ids.extent(0)) >= T, "first stage needs token_ids");
+    const auto& E = params_[embed_];
+    embedding_forward(mb.token_ids, T, v0_, E.value2(), x0);
+    allreduce_tp(x0);
+  } else {
+    need(std::int64_t(input_hidden.extent(0)) >= T && std::int64_t(input_hidden.extent(1)) == d_,
+         "non-first stage needs input_hidden [T][d_model]");
+    Kokkos::deep_copy(x0, v2(input_hidden.data(), T, d_));
+  }
+
+  for (int l = 0; l < nlayers_; ++l) {
+    const LayerParams& P = lp_[l];
+    const auto X = v2(field(slot, l, kXin), T, d_);
+    const auto XN1 = v2(field(slot, l, kXn1), T, d_);
+    const auto RSTD1 = v1(field(slot, l, kRstd1), T);
+    const auto Q3 = v3(field(slot, l, kQ), T, hq_, D_);
+    const auto K3 = v3(field(slot, l, kK), T, hkv_, D_);
+    const auto V3 = v3(field(slot, l, kV), T, hkv_, D_);
+    const auto O3 = v3(field(slot, l, kO), T, hq_, D_);
+    const auto LSE2 = v2(field(slot, l, kLse), hq_, T);
+    const auto H1 = v2(field(slot, l, kH1), T, d_);
+    const auto RSTD2 = v1(field(slot, l, kRstd2), T);
+    const auto XN2 = v2(field(slot, l, kXn2), T, d_);
+    const auto G2 = v2(field(slot, l, kG), T, f_);
+    const auto U2 = v2(field(slot, l, kU), T, f_);
+    const auto A2 = v2(field(slot, l, kA), T, f_);
+    const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), T, d_);
+
+    // Attention block.
+    rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
+    linear_forward(XN1, params_[P.wq].value2(), v2(Q3.data(), T, qd));
+    linear_forward(XN1, params_[P.wk].value2(), v2(K3.data(), T, kd));
+    linear_forward(XN1, params_[P.wv].value2(), v2(V3.data(), T, kd));
+    rope_apply(Q3, T, mb.positions, cfg_.rope_theta, false);
+    rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
+    const auto kv = kvx_->gather(s.layer_begin + l, slot, K3, V3);
+    attention_forward<Scalar>(Q3, kv.first, kv.second, kv_lo, kv_hi, scale, O3, LSE2);
+    linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), H1);
+    allreduce_tp(H1);  // row-parallel output: operator g
+    add_inplace(H1, X, T);
+
+    // MLP block.
+    rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
+    linear_forward(XN2, params_[P.w_gate].value2(), G2);
+    linear_forward(XN2, params_[P.w_up].value2(), U2);
+    swiglu_forward(G2, U2, T, A2);
+    linear_forward(A2, params_[P.w_down].value2(), XNEXT);
+    allreduce_tp(XNEXT);
+    add_inplace(XNEXT, H1, T);
+  }
+
+  StageOutput<Scalar> out;
+  const auto XO = v2(top(slot, kXout), T, d_);
+  if (s.head) {
+    need(std::int64_t(mb.labels.extent(0)) >= T, "last stage needs labels");
+    const auto XNF = v2(top(slot, kXnF), T, d_);
+    const auto LOG = v2(top(slot, kLogits), T, vl_);
+    rmsnorm_forward(XO, T, params_[final_norm_].value, cfg_.norm_eps, XNF, v1(top(slot, kRstdF), T));
+    linear_forward(XNF, params_[lm_head_].value2(), LOG);
+    out.loss = cross_entropy_forward(LOG, mb.labels, T, v0_, tp_, v1(top(slot, kCeLse), T), v1(scratch(kCeScratch), 3 * T));
+  } else {
+    out.hidden = XO;
+  }
+  slot_tokens_[slot] = T;
+  return out;
+}
+
+template <class Scalar>
+View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb, const View2<Scalar>& grad_output,
+                                            double grad_scale) {
+  const ModelShard& s = params_.shard();
+  if (slot < 0 || slot >= slots())
+    throw std::invalid_argument("wlb::model::Transformer::backward: slot " + std::to_string(slot) + " of " +
+                                std::to_string(slots()));
+  const std::int64_t T = slot_tokens_[slot];
+  if (T < 0)
+    throw std::logic_error("wlb::model::Transformer::backward: slot " + std::to_string(slot) + " holds no forward");
+  if (mb.tokens != T)
+    throw std::invalid_argument("wlb::model::Transformer::backward: micro-batch has " + std::to_string(mb.tokens) +
+                                " tokens, the forward in slot " + std::to_string(slot) + " had " + std::to_string(T));
+  const Scalar scale = Scalar(1.0 / std::sqrt(double(D_)));
+  const auto kv_lo = ci(mb.kv_lo, T), kv_hi = ci(mb.kv_hi, T);
+  const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
+  const auto DRES = v2(scratch(kDres), T, d_);  // gradient of the residual stream
+  const auto DXN = v2(scratch(kDxn), T, d_);    // gradient of a norm output
+  const auto XO = v2(top(slot, kXout), T, d_);
+
+  if (s.head) {
+    const auto XNF = v2(top(slot, kXnF), T, d_);
+    const auto LOG = v2(top(slot, kLogits), T, vl_);
+    cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG);  // in place
+    const auto& H = params_[lm_head_];
+    linear_backward(XNF, H.value2(), LOG, DXN, H.grad2());
+    allreduce_tp(DXN);  // vocab-parallel head: operator f
+    const auto& N = params_[final_norm_];
+    rmsnorm_backward(XO, T, N.value, v1(top(slot, kRstdF), T), DXN, DRES, N.grad, false);
+  } else {
+    if (!(std::int64_t(grad_output.extent(0)) >= T && std::int64_t(grad_output.extent(1)) == d_))
+      throw std::invalid_argument("wlb::model::Transformer::backward: non-last stage needs grad_output [T][d_model]");
+    Kokkos::deep_copy(DRES, v2(grad_output.data(), T, d_));
+  }
+
+  const auto DQ3 = v3(scratch(kDq), T, hq_, D_);
+  const auto DK3 = v3(scratch(kDk), T, hkv_, D_);
+  const auto DV3 = v3(scratch(kDv), T, hkv_, D_);
+  const auto DO3 = v3(scratch(kDo), T, hq_, D_);
+  const auto DA2 = v2(scratch(kDa), T, f_);
+  const auto DG2 = v2(scratch(kDg), T, f_);
+  const auto DU2 = v2(scratch(kDu), T, f_);
+  for (int l = nlayers_ - 1; l >= 0; --l) {
+    const LayerParams& P = lp_[l];
+    const auto X = v2(field(slot, l, kXin), T, d_);
+    const auto XN1 = v2(field(slot, l, kXn1), T, d_);
+    const auto Q3 = v3(field(slot, l, kQ), T, hq_, D_);
+    const auto K3 = v3(field(slot, l, kK), T, hkv_, D_);
+    const auto V3 = v3(field(slot, l, kV), T, hkv_, D_);
+    const auto O3 = v3(field(slot, l, kO), T, hq_, D_);
+    const auto LSE2 = v2(field(slot, l, kLse), hq_, T);
+    const auto H1 = v2(field(slot, l, kH1), T, d_);
+    const auto XN2 = v2(field(slot, l, kXn2), T, d_);
+    const auto G2 = v2(field(slot, l, kG), T, f_);
+    const auto U2 = v2(field(slot, l, kU), T, f_);
+    const auto A2 = v2(field(slot, l, kA), T, f_);
+
+    // MLP block: DRES holds dL/d(layer output).
+    const auto& Wd = params_[P.w_down];
+    linear_backward(A2, Wd.value2(), DRES, DA2, Wd.grad2());
+    swiglu_backward(G2, U2, DA2, T, DG2, DU2);
+    const auto& Wg = params_[P.w_gate];
+    const auto& Wu = params_[P.w_up];
+    linear_backward(XN2, Wg.value2(), DG2, DXN, Wg.grad2());
+    linear_backward(XN2, Wu.value2(), DU2, DXN, Wu.grad2(), Scalar(1));
+    allreduce_tp(DXN);  // column-parallel input: operator f
+    const auto& N2 = params_[P.mlp_norm];
+    rmsnorm_backward(H1, T, N2.value, v1(field(slot, l, kRstd2), T), DXN, DRES, N2.grad, true);
+
+    // Attention block: DRES holds dL/dH1.
+    const auto& Wo = params_[P.wo];
+    linear_backward(v2(O3.data(), T, qd), Wo.value2(), DRES, v2(DO3.data(), T, qd), Wo.grad2());
+    const int layer = s.layer_begin + l;
+    const auto kv = kvx_->gather(layer, slot, K3, V3);
+    const auto dkv = kvx_->grad_buffers(layer, slot, DK3, DV3);
+    attention_backward<Scalar>(Q3, kv.first, kv.second, O3, DO3, LSE2, kv_lo, kv_hi, scale, DQ3, dkv.first,
+                               dkv.second);
+    kvx_->reduce_scatter(layer, slot, dkv.first, dkv.second, DK3, DV3);
+    rope_apply(DQ3, T, mb.positions, cfg_.rope_theta, true);
+    rope_apply(DK3, T, mb.positions, cfg_.rope_theta, true);
+    const auto& Wq = params_[P.wq];
+    const auto& Wk = params_[P.wk];
+    const auto& Wv = params_[P.wv];
+    linear_backward(XN1, Wq.value2(), v2(DQ3.data(), T, qd), DXN, Wq.grad2());
+    linear_backward(XN1, Wk.value2(), v2(DK3.data(), T, kd), DXN, Wk.grad2(), Scalar(1));
+    linear_backward(XN1, Wv.value2(), v2(DV3.data(), T, kd), DXN, Wv.grad2(), Scalar(1));
+    allreduce_tp(DXN);
+    const auto& N1 = params_[P.attn_norm];
+    rmsnorm_backward(X, T, N1.value, v1(field(slot, l, kRstd1), T), DXN, DRES, N1.grad, true);
+  }
+  slot_tokens_[slot] = -1;
+
+  if (s.embedding) {
+    const auto& E = params_[embed_];
+    embedding_backward(mb.token_ids, T, v0_, DRES, E.grad2());
+    return {};
+  }
+  return DRES;
+}
+
+template class Transformer<float>;
+template class Transformer<double>;
+
+}  // namespace wlb::model

@@ -1,0 +1,515 @@
+// wlb::pipeline — schedule builders, layer map and the schedule simulator.
+#include "wlb4d/pipeline/schedule.hpp"
+
+#include "wlb4d/core/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <stdexcept>
+
+namespace wlb::pipeline {
+
+namespace {
+
+using core::ConfigError;
+
+// ---- data identities ------------------------------------------------------------
+// act(mb, c): output activation of global chunk c; grad(mb, c): gradient w.r.t.
+// the input of chunk c (output of its backward).
+struct Key {
+  bool grad = false;
+  int mb = 0;
+  int c = 0;
+  bool operator==(const Key& o) const { return grad == o.grad && mb == o.mb && c == o.c; }
+};
+
+struct Geometry {
+  int p = 1, m = 1, v = 1;
+  int chunks() const { return p * v; }
+  int owner(int c) const { return c % p; }
+  int local(int c) const { return c / p; }
+  int gchunk(int rank, int vs) const { return vs * p + rank; }
+  int index(const Key& k) const { return ((k.grad ? 1 : 0) * m + k.mb) * chunks() + k.c; }
+  int n_keys() const { return 2 * m * chunks(); }
+};
+
+void check_args(int pp_size, int m, int v) {
+  if (pp_size < 1) throw ConfigError(fmt::format("pipeline schedule: pp_size={} must be >= 1", pp_size));
+  if (m < 1) throw ConfigError(fmt::format("pipeline schedule: num_micro_batches={} must be >= 1", m));
+  if (v < 1) throw ConfigError(fmt::format("pipeline schedule: virtual_stages={} must be >= 1", v));
+}
+
+/// The per-rank order of Forward/Backward actions of each schedule.
+std::vector<Action> compute_order(ScheduleKind kind, int r, int p, int m, int v) {
+  std::vector<Action> out;
+  out.reserve(static_cast<std::size_t>(2 * m * v));
+  auto F = [&](int mb, int vs) { out.push_back({ActionType::Forward, mb, vs, -1}); };
+  auto B = [&](int mb, int vs) { out.push_back({ActionType::Backward, mb, vs, -1}); };
+  switch (kind) {
+    case ScheduleKind::GPipe:
+      for (int i = 0; i < m; ++i) F(i, 0);
+      for (int i = 0; i < m; ++i) B(i, 0);
+      break;
+    case ScheduleKind::OneFOneB: {
+      const int warm = std::min(p - r - 1, m);
+      for (int i = 0; i < warm; ++i) F(i, 0);
+      for (int i = 0; i < m - warm; ++i) {
+        F(warm + i, 0);
+        B(i, 0);
+      }
+      for (int i = m - warm; i < m; ++i) B(i, 0);
+      break;
+    }
+    case ScheduleKind::Interleaved: {
+      // Megatron-LM forward_backward_pipelining_with_interleaving.
+      const int total = m * v;
+      const int warm = (m == p) ? total : std::min((p - r - 1) * 2 + (v - 1) * p, total);
+      auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+      auto chunk_of = [&](int k, bool fwd) {
+        const int c = (k % (p * v)) / p;
+        return fwd ? c : v - 1 - c;
+      };
+      for (int k = 0; k < warm; ++k) F(mb_of(k), chunk_of(k, true));
+      for (int i = 0; i < total - warm; ++i) {
+        F(mb_of(warm + i), chunk_of(warm + i, true));
+        B(mb_of(i), chunk_of(i, false));
+      }
+      for (int k = total - warm; k < total; ++k) B(mb_of(k), chunk_of(k, false));
+      break;
+    }
+    case ScheduleKind::BreadthFirst:
+      for (int vs = 0; vs < v; ++vs)
+        for (int i = 0; i < m; ++i) F(i, vs);
+      for (int vs = v - 1; vs >= 0; --vs)
+        for (int i = 0; i < m; ++i) B(i, vs);
+      break;
+  }
+  return out;
+}
+
+/// What a message action carries: the data key and the partner rank.
+Key message_key(const Action& a, int rank, const Geometry& g) {
+  const int c = g.gchunk(rank, a.virtual_stage);
+  switch (a.type) {
+    case ActionType::SendAct: return {false, a.micro_batch, c};
+    case ActionType::RecvAct: return {false, a.micro_batch, c - 1};
+    case ActionType::SendGrad: return {true, a.micro_batch, c};
+    case ActionType::RecvGrad: return {true, a.micro_batch, c + 1};
+    default: break;
+  }
+  throw ConfigError(fmt::format("pipeline: {} is not a message", to_string(a)));
+}
+
+bool is_send(ActionType t) { return t == ActionType::SendAct || t == ActionType::SendGrad; }
+bool is_recv(ActionType t) { return t == ActionType::RecvAct || t == ActionType::RecvGrad; }
+
+/// Sender-side and receiver-side actions of a message with key k.
+Action send_action(const Key& k, const Geometry& g) {
+  return {k.grad ? ActionType::SendGrad : ActionType::SendAct, k.mb, g.local(k.c),
+          g.owner(k.grad ? k.c - 1 : k.c + 1)};
+}
+Action recv_action(const Key& k, const Geometry& g) {
+  const int consumer = k.grad ? k.c - 1 : k.c + 1;
+  return {k.grad ? ActionType::RecvGrad : ActionType::RecvAct, k.mb, g.local(consumer), g.owner(k.c)};
+}
+
+/// Builds every rank's list by a joint simulation (see schedule.hpp): compute
+/// orders from compute_order(), messages inserted as rendezvous pairs in one
+/// global event sequence.
+std::vector<std::vector<Action>> build_lists(ScheduleKind kind, int p, int m, int v) {
+  const Geometry g{p, m, v};
+  const int C = g.chunks();
+  enum State { Active, Blocked, Done };
+  struct Rank {
+    std::vector<Action> ops;
+    std::size_t idx = 0;
+    double clock = 0;
+    State state = Active;
+    int waiting = -1;            // key index while Blocked
+    std::vector<Key> pending;    // produced, not yet sent
+    std::vector<Action> out;
+  };
+  std::vector<Rank> R(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) R[r].ops = compute_order(kind, r, p, m, v);
+  std::vector<char> available(static_cast<std::size_t>(g.n_keys()), 0);  // at its consumer
+  std::vector<char> fwd_done(static_cast<std::size_t>(m * C), 0);
+  const double tf = 1.0, tb = 2.0;
+
+  auto pair = [&](int s, int q, const Key& k) {
+    auto& S = R[s];
+    auto& Q = R[q];
+    const double t = std::max(S.clock, Q.clock);
+    S.out.push_back(send_action(k, g));
+    Q.out.push_back(recv_action(k, g));
+    S.pending.erase(std::find(S.pending.begin(), S.pending.end(), k));
+    available[g.index(k)] = 1;
+    S.clock = std::max(S.clock, t);
+    Q.clock = t;
+    if (Q.state == Blocked && Q.waiting == g.index(k)) {
+      Q.state = Active;
+      Q.waiting = -1;
+    }
+  };
+
+  // The remote input rank q needs before its next compute (-1: none / has it).
+  auto next_need = [&](int q) -> int {
+    const auto& Q = R[q];
+    if (Q.state == Blocked) return Q.waiting;
+    if (Q.idx >= Q.ops.size()) return -1;
+    const Action& x = Q.ops[Q.idx];
+    const int c = g.gchunk(q, x.virtual_stage);
+    const bool fwd = x.type == ActionType::Forward;
+    const int src = fwd ? c - 1 : c + 1;
+    if (src < 0 || src >= C || g.owner(src) == q) return -1;
+    const int k = g.index({!fwd, x.micro_batch, src});
+    return available[k] ? -1 : k;
+  };
+
+  for (;;) {
+    int r = -1;
+    for (int i = 0; i < p; ++i)
+      if (R[i].state == Active && (r < 0 || R[i].clock < R[r].clock)) r = i;
+    if (r < 0) {
+      bool all_done = true;
+      for (const auto& x : R) all_done = all_done && x.state == Done && x.pending.empty();
+      if (all_done) break;
+      throw std::logic_error(fmt::format("pipeline: internal error: schedule {} (p={}, m={}, v={}) has a cyclic "
+                                         "dependency",
+                                         to_string(kind), p, m, v));
+    }
+    auto& me = R[r];
+    // (a) before computing, hand pending outputs to ranks that need them now
+    //     (blocked on them, or idle up to this time with it as their next input).
+    for (std::size_t i = 0; i < me.pending.size();) {
+      const Key k = me.pending[i];
+      const int q = g.owner(k.grad ? k.c - 1 : k.c + 1);
+      if ((R[q].state == Blocked || R[q].clock <= me.clock) && next_need(q) == g.index(k))
+        pair(r, q, k);  // erases pending[i]
+      else
+        ++i;
+    }
+    // (b) the next compute.
+    if (me.idx == me.ops.size()) {
+      me.state = Done;
+      continue;
+    }
+    const Action& x = me.ops[me.idx];
+    const int c = g.gchunk(r, x.virtual_stage);
+    const bool fwd = x.type == ActionType::Forward;
+    bool has_input = true;
+    Key need{};
+    if (fwd && c > 0) {
+      need = {false, x.micro_batch, c - 1};
+      has_input = false;
+    } else if (!fwd && c < C - 1) {
+      need = {true, x.micro_batch, c + 1};
+      has_input = false;
+    }
+    if (!fwd && !fwd_done[x.micro_batch * C + c])
+      throw std::logic_error("pipeline: internal error: backward before its forward");
+    if (!has_input) {
+      if (!available[g.index(need)]) {
+        const int s = g.owner(need.c);
+        if (s == r)
+          throw std::logic_error("pipeline: internal error: local input not produced before use");
+        auto& S = R[s];
+        const bool pend = std::find(S.pending.begin(), S.pending.end(), need) != S.pending.end();
+        if (pend && (S.state != Active || S.clock <= me.clock)) {
+          pair(s, r, need);
+        } else {
+          me.state = Blocked;
+          me.waiting = g.index(need);
+        }
+        continue;
+      }
+    }
+    me.out.push_back(x);
+    me.clock += fwd ? tf : tb;
+    ++me.idx;
+    if (fwd) fwd_done[x.micro_batch * C + c] = 1;
+    const Key prod{!fwd, x.micro_batch, c};
+    const int consumer = fwd ? c + 1 : c - 1;
+    if (consumer >= 0 && consumer < C) {
+      if (g.owner(consumer) == r)
+        available[g.index(prod)] = 1;  // local hand-off (p = 1)
+      else if (!(fwd && c == C - 1))
+        me.pending.push_back(prod);
+    }
+  }
+  std::vector<std::vector<Action>> lists(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) lists[r] = std::move(R[r].out);
+  return lists;
+}
+
+void validate(ScheduleKind kind, int pp_size, int m, int v) {
+  check_args(pp_size, m, v);
+  if (v > 1 && (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB))
+    throw ConfigError(fmt::format("pipeline schedule {}: virtual_stages={} needs schedule interleaved or bfs",
+                                  to_string(kind), v));
+  if (kind == ScheduleKind::Interleaved && v > 1 && m % pp_size != 0)
+    throw ConfigError(fmt::format(
+        "pipeline schedule interleaved: num_micro_batches={} must be a multiple of pp={} (Megatron interleaved "
+        "1F1B; use 1f1b, gpipe or bfs, or change train.micro_batches)",
+        m, pp_size));
+}
+
+}  // namespace
+
+// ---- names ----------------------------------------------------------------------
+
+ScheduleKind parse_schedule_kind(const std::string& name) {
+  if (name == "gpipe") return ScheduleKind::GPipe;
+  if (name == "1f1b") return ScheduleKind::OneFOneB;
+  if (name == "interleaved") return ScheduleKind::Interleaved;
+  if (name == "bfs") return ScheduleKind::BreadthFirst;
+  throw ConfigError(fmt::format("parallel.schedule='{}' is not one of gpipe, 1f1b, interleaved, bfs", name));
+}
+
+const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::BreadthFirst: return "bfs";
+  }
+  return "?";
+}
+
+const char* to_string(ActionType t) {
+  switch (t) {
+    case ActionType::Forward: return "F";
+    case ActionType::Backward: return "B";
+    case ActionType::SendAct: return "SendAct";
+    case ActionType::RecvAct: return "RecvAct";
+    case ActionType::SendGrad: return "SendGrad";
+    case ActionType::RecvGrad: return "RecvGrad";
+  }
+  return "?";
+}
+
+std::string to_string(const Action& a) {
+  std::string s = fmt::format("{}(mb={},vs={})", to_string(a.type), a.micro_batch, a.virtual_stage);
+  if (is_send(a.type)) s += fmt::format("->{}", a.peer);
+  if (is_recv(a.type)) s += fmt::format("<-{}", a.peer);
+  return s;
+}
+
+// ---- builders -------------------------------------------------------------------
+
+std::vector<std::vector<Action>> build_all_schedules(ScheduleKind kind, int pp_size, int num_micro_batches,
+                                                     int virtual_stages) {
+  validate(kind, pp_size, num_micro_batches, virtual_stages);
+  ScheduleKind k = kind;
+  if (virtual_stages == 1 && kind == ScheduleKind::Interleaved) k = ScheduleKind::OneFOneB;
+  if (virtual_stages == 1 && kind == ScheduleKind::BreadthFirst) k = ScheduleKind::GPipe;
+  return build_lists(k, pp_size, num_micro_batches, virtual_stages);
+}
+
+std::vector<Action> build_schedule(ScheduleKind kind, int pp_rank, int pp_size, int num_micro_batches,
+                                   int virtual_stages) {
+  validate(kind, pp_size, num_micro_batches, virtual_stages);
+  if (pp_rank < 0 || pp_rank >= pp_size)
+    throw ConfigError(fmt::format("pipeline schedule: pp_rank={} out of range [0, {})", pp_rank, pp_size));
+  return build_all_schedules(kind, pp_size, num_micro_batches, virtual_stages)[pp_rank];
+}
+
+int p2p_tag(const Action& a, int pp_rank, int pp_size) {
+  if (!is_send(a.type) && !is_recv(a.type))
+    throw ConfigError(fmt::format("pipeline: p2p_tag of compute action {}", to_string(a)));
+  // Boundary b between chunks b and b+1; activations even, gradients odd.
+  const int c = a.virtual_stage * pp_size + pp_rank;
+  int boundary = 0;
+  switch (a.type) {
+    case ActionType::SendAct: boundary = c; break;
+    case ActionType::RecvAct: boundary = c - 1; break;
+    case ActionType::SendGrad: boundary = c - 1; break;
+    case ActionType::RecvGrad: boundary = c; break;
+    default: break;
+  }
+  const bool grad = a.type == ActionType::SendGrad || a.type == ActionType::RecvGrad;
+  return 2 * boundary + (grad ? 1 : 0);
+}
+
+// ---- layers ---------------------------------------------------------------------
+
+LayerRange chunk_layers(int num_layers, int num_chunks, int chunk) {
+  if (num_chunks < 1) throw ConfigError(fmt::format("layer split: {} chunks (must be >= 1)", num_chunks));
+  if (num_layers < num_chunks)
+    throw ConfigError(fmt::format("layer split: model.layers={} < parallel.pp*virtual_stages={} chunks (every "
+                                  "stage needs a layer)",
+                                  num_layers, num_chunks));
+  if (chunk < 0 || chunk >= num_chunks)
+    throw ConfigError(fmt::format("layer split: chunk {} out of range [0, {})", chunk, num_chunks));
+  const int base = num_layers / num_chunks, extra = num_layers % num_chunks;
+  LayerRange lr;
+  lr.begin = chunk * base + std::min(chunk, extra);
+  lr.end = lr.begin + base + (chunk < extra ? 1 : 0);
+  return lr;
+}
+
+LayerRange stage_layers(int num_layers, int pp_size, int virtual_stages, int pp_rank, int vs) {
+  if (pp_size < 1 || virtual_stages < 1 || pp_rank < 0 || pp_rank >= pp_size || vs < 0 || vs >= virtual_stages)
+    throw ConfigError(fmt::format("layer split: pp_rank={} of {}, virtual stage {} of {}: out of range", pp_rank,
+                                  pp_size, vs, virtual_stages));
+  return chunk_layers(num_layers, pp_size * virtual_stages, vs * pp_size + pp_rank);
+}
+
+// ---- simulation -----------------------------------------------------------------
+
+StageTimes StageTimes::uniform(int num_micro_batches, int num_chunks, double f, double b) {
+  StageTimes t;
+  t.forward.assign(static_cast<std::size_t>(num_micro_batches), std::vector<double>(num_chunks, f));
+  t.backward.assign(static_cast<std::size_t>(num_micro_batches), std::vector<double>(num_chunks, b));
+  return t;
+}
+
+double SimResult::bubble_fraction() const {
+  if (makespan <= 0 || busy.empty()) return 0;
+  double s = 0;
+  for (double b : busy) s += b;
+  return 1.0 - s / (static_cast<double>(busy.size()) * makespan);
+}
+
+SimResult simulate_schedule(const std::vector<std::vector<Action>>& schedules, int pp_size, int virtual_stages,
+                            const StageTimes& times, double p2p_latency, P2PMode mode) {
+  const int p = pp_size, v = virtual_stages;
+  if (p < 1 || v < 1 || static_cast<int>(schedules.size()) != p)
+    throw ConfigError(fmt::format("simulate_schedule: {} action lists for pp={} (v={})", schedules.size(), p, v));
+  const int m = static_cast<int>(times.forward.size());
+  if (m < 1 || times.backward.size() != times.forward.size())
+    throw ConfigError("simulate_schedule: times.forward and times.backward need one row per micro-batch");
+  const Geometry g{p, m, v};
+  const int C = g.chunks();
+  for (int i = 0; i < m; ++i)
+    if (static_cast<int>(times.forward[i].size()) != C || static_cast<int>(times.backward[i].size()) != C)
+      throw ConfigError(fmt::format("simulate_schedule: micro-batch {} needs {} chunk durations", i, C));
+
+  std::vector<std::size_t> pos(p, 0);
+  std::vector<double> clock(p, 0.0);
+  SimResult res;
+  res.busy.assign(p, 0.0);
+  // Data state: when an input reached its consumer (-1: not yet), fwd done flags.
+  std::vector<double> arrived(static_cast<std::size_t>(g.n_keys()), -1.0);
+  std::vector<char> fwd_done(static_cast<std::size_t>(m * C), 0), bwd_done(static_cast<std::size_t>(m * C), 0);
+  // Eager mode: FIFO channels (src, dst, tag) of (data, time available at the receiver),
+  // matched like MPI: a receive takes the oldest message of its (src, tag).
+  std::map<std::tuple<int, int, int>, std::deque<std::pair<Key, double>>> channels;
+
+  auto where = [&](int r) {
+    return pos[r] < schedules[r].size() ? fmt::format("rank {} at #{} {}", r, pos[r], to_string(schedules[r][pos[r]]))
+                                        : fmt::format("rank {} finished", r);
+  };
+  auto check_msg = [&](const Action& a, int r) {
+    const Key k = message_key(a, r, g);
+    if (k.mb < 0 || k.mb >= m || k.c < 0 || k.c >= C)
+      throw ConfigError(fmt::format("simulate_schedule: {} on rank {} names no existing data", to_string(a), r));
+    const Action expect = is_send(a.type) ? send_action(k, g) : recv_action(k, g);
+    if (!(expect == a) || g.owner(k.grad ? k.c - 1 : k.c + 1) == g.owner(k.c))
+      throw ConfigError(fmt::format("simulate_schedule: rank {}: {} has the wrong partner or is a local hand-off "
+                                    "(expected {})",
+                                    r, to_string(a), to_string(expect)));
+    return k;
+  };
+
+  // One step of rank r; false if it must wait.
+  auto step = [&](int r) -> bool {
+    if (pos[r] >= schedules[r].size()) return false;
+    const Action& a = schedules[r][pos[r]];
+    if (a.type == ActionType::Forward || a.type == ActionType::Backward) {
+      if (a.micro_batch < 0 || a.micro_batch >= m || a.virtual_stage < 0 || a.virtual_stage >= v)
+        throw ConfigError(fmt::format("simulate_schedule: rank {}: {} out of range", r, to_string(a)));
+      const int c = g.gchunk(r, a.virtual_stage);
+      const bool fwd = a.type == ActionType::Forward;
+      double start = clock[r];
+      const int src = fwd ? c - 1 : c + 1;
+      if (!fwd && !fwd_done[a.micro_batch * C + c])
+        throw ConfigError(fmt::format("simulate_schedule: rank {}: {} before its forward", r, to_string(a)));
+      if (src >= 0 && src < C) {
+        const Key need{!fwd, a.micro_batch, src};
+        const double t = arrived[g.index(need)];
+        if (t < 0)
+          throw ConfigError(fmt::format("simulate_schedule: rank {}: {} runs before its input ({} of mb {} from "
+                                        "chunk {}) was received",
+                                        r, to_string(a), fwd ? "activation" : "gradient", a.micro_batch, src));
+        start = std::max(start, t);
+      }
+      const double d = fwd ? times.forward[a.micro_batch][c] : times.backward[a.micro_batch][c];
+      clock[r] = start + d;
+      res.busy[r] += d;
+      (fwd ? fwd_done : bwd_done)[a.micro_batch * C + c] = 1;
+      const int dst = fwd ? c + 1 : c - 1;
+      if (dst >= 0 && dst < C && g.owner(dst) == r) arrived[g.index({!fwd, a.micro_batch, c})] = clock[r];
+      ++pos[r];
+      return true;
+    }
+    const Key k = check_msg(a, r);
+    if (is_send(a.type)) {
+      if (!(k.grad ? bwd_done : fwd_done)[k.mb * C + k.c])
+        throw ConfigError(fmt::format("simulate_schedule: rank {}: {} before the data was computed", r, to_string(a)));
+      if (mode == P2PMode::Eager) {
+        channels[{r, a.peer, p2p_tag(a, r, p)}].emplace_back(k, clock[r] + p2p_latency);
+        ++pos[r];
+        return true;
+      }
+      const int q = a.peer;
+      if (pos[q] >= schedules[q].size()) return false;
+      const Action& b = schedules[q][pos[q]];
+      if (!is_recv(b.type) || b.peer != r) return false;  // partner busy with something else
+      const Key kq = check_msg(b, q);
+      if (!(kq == k)) {
+        if (p2p_tag(a, r, p) == p2p_tag(b, q, p))
+          throw ConfigError(fmt::format("simulate_schedule: message mismatch: {} sends {}, {} expects {}", where(r),
+                                        to_string(a), where(q), to_string(b)));
+        return false;
+      }
+      const double t = std::max(clock[r], clock[q]) + p2p_latency;
+      clock[r] = clock[q] = t;
+      arrived[g.index(k)] = t;
+      ++pos[r];
+      ++pos[q];
+      return true;
+    }
+    // receive
+    if (mode == P2PMode::Eager) {
+      auto& ch = channels[{a.peer, r, p2p_tag(a, r, p)}];
+      if (ch.empty()) return false;
+      if (!(ch.front().first == k))
+        throw ConfigError(fmt::format("simulate_schedule: message mismatch: {} expects mb {} of chunk {}, the "
+                                      "oldest message from rank {} is mb {} of chunk {}",
+                                      where(r), k.mb, k.c, a.peer, ch.front().first.mb, ch.front().first.c));
+      const double t = ch.front().second;
+      ch.pop_front();
+      clock[r] = std::max(clock[r], t);
+      arrived[g.index(k)] = clock[r];
+      ++pos[r];
+      return true;
+    }
+    return false;  // rendezvous receives complete from the sender's side
+  };
+
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      while (step(r)) progress = true;
+  }
+  std::string stuck;
+  for (int r = 0; r < p; ++r)
+    if (pos[r] < schedules[r].size()) stuck += (stuck.empty() ? "" : "; ") + where(r);
+  if (!stuck.empty()) throw ConfigError("simulate_schedule: the action lists deadlock: " + stuck);
+  res.finish = clock;
+  res.makespan = *std::max_element(clock.begin(), clock.end());
+  return res;
+}
+
+SimResult simulate_schedule(ScheduleKind kind, int pp_size, int num_micro_batches, int virtual_stages,
+                            const StageTimes& times, double p2p_latency, P2PMode mode) {
+  return simulate_schedule(build_all_schedules(kind, pp_size, num_micro_batches, virtual_stages), pp_size,
+                           virtual_stages, times, p2p_latency, mode);
+}
+
+}  // namespace wlb::pipeline

@@ -1,0 +1,110 @@
+// Corpus reading rules: JSONL, .xz, .txt, directories, skipped/repaired documents, errors.
+#include "test_helpers.hpp"
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/data/corpus.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+using namespace wlb;
+using namespace wlb::data;
+
+TEST(Utf8, ValidationAndRepair) {
+  EXPECT_TRUE(is_valid_utf8("plain ascii"));
+  EXPECT_TRUE(is_valid_utf8("Gr\xC3\xBC\xC3\x9F" "e \xE2\x82\xAC \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(is_valid_utf8("\xC0\xAF"));          // overlong
+  EXPECT_FALSE(is_valid_utf8("\xED\xA0\x80"));      // surrogate
+  EXPECT_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+  EXPECT_FALSE(is_valid_utf8("abc\xE2\x82"));       // truncated
+  std::int64_t n = 0;
+  EXPECT_EQ(repair_utf8("a\xFF" "b", &n), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(n, 1);
+  // A truncated 3-byte sequence is one maximal subpart -> one U+FFFD.
+  EXPECT_EQ(repair_utf8("x\xE2\x82y", &n), "x\xEF\xBF\xBDy");
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(repair_utf8("ok", &n), "ok");
+  EXPECT_EQ(n, 0);
+}
+
+TEST(Corpus, ReadsTinyJsonlInOrder) {
+  CorpusStats st;
+  auto docs = read_corpus({test::tiny_jsonl()}, &st);
+  EXPECT_EQ(docs, test::jsonl_texts(test::tiny_jsonl()));
+  EXPECT_EQ(st.files, 1);
+  EXPECT_EQ(st.documents, 20);
+  EXPECT_EQ(st.empty_skipped + st.no_text_skipped + st.utf8_repaired, 0);
+  auto first5 = read_corpus({test::tiny_jsonl()}, &st, 5);
+  ASSERT_EQ(first5.size(), 5u);
+  EXPECT_EQ(first5[4], docs[4]);
+}
+
+TEST(Corpus, SkipsEmptyAndTextlessAndRepairsUtf8AsDocumented) {
+  auto p = test::scratch("rules.jsonl");
+  test::write_file(p,
+                   "{\"text\": \"first\"}\n"
+                   "\n"                                  // blank line: ignored
+                   "{\"text\": \"\"}\n"                  // empty: skipped
+                   "{\"text\": \"  \\n\\t \"}\n"         // whitespace only: skipped
+                   "{\"title\": \"no text\"}\n"          // no "text": skipped
+                   "{\"text\": 42}\n"                    // not a string: skipped
+                   "{\"text\": \"bad \xFF byte\"}\r\n"   // invalid UTF-8: repaired; CRLF ok
+                   "{\"text\": \"last\", \"id\": 7}");   // no final newline
+  CorpusStats st;
+  auto docs = read_corpus({p.string()}, &st);
+  ASSERT_EQ(docs.size(), 3u);
+  EXPECT_EQ(docs[0], "first");
+  EXPECT_EQ(docs[1], "bad \xEF\xBF\xBD byte");
+  EXPECT_EQ(docs[2], "last");
+  EXPECT_EQ(st.empty_skipped, 2);
+  EXPECT_EQ(st.no_text_skipped, 2);
+  EXPECT_EQ(st.utf8_repaired, 1);
+}
+
+TEST(Corpus, MalformedJsonNamesFileAndLine) {
+  auto p = test::scratch("broken.jsonl");
+  test::write_file(p, "{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
+  try {
+    read_corpus({p.string()}, nullptr);
+    FAIL() << "expected DataError";
+  } catch (const core::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: malformed JSON"), std::string::npos) << e.what();
+  }
+  test::write_file(p, "[1, 2]\n");
+  EXPECT_THROW(read_corpus({p.string()}, nullptr), core::DataError);
+}
+
+TEST(Corpus, TxtXzAndDirectories) {
+  auto dir = test::scratch("dir");
+  std::filesystem::create_directories(dir / "sub");
+  test::write_file(dir / "b.txt", "document B\nsecond line\n");
+  test::write_file(dir / "a.txt", "document A");
+  test::write_file(dir / "notes.md", "ignored");
+  test::write_file(dir / "sub" / "c.jsonl", "{\"text\": \"C1\"}\n{\"text\": \"C2\"}\n");
+  test::write_file(dir / "sub" / "empty.txt", "\n\n");
+  auto xz = dir / "sub" / "d.jsonl";
+  test::write_file(xz, "{\"text\": \"D from xz\"}\n");
+  ASSERT_EQ(std::system(("xz -f " + xz.string()).c_str()), 0);
+  CorpusStats st;
+  auto docs = read_corpus({dir.string()}, &st);
+  std::vector<std::string> want{"document A", "document B\nsecond line\n", "C1", "C2", "D from xz"};
+  EXPECT_EQ(docs, want);
+  EXPECT_EQ(st.files, 5);
+  EXPECT_EQ(st.ignored_files, 1);
+  EXPECT_EQ(st.empty_skipped, 1);
+}
+
+TEST(Corpus, MissingInputsAndBadXzAreErrors) {
+  EXPECT_THROW(read_corpus({"/no/such/corpus.jsonl"}, nullptr), core::DataError);
+  auto md = test::scratch("x.md");
+  test::write_file(md, "x");
+  EXPECT_THROW(read_corpus({md.string()}, nullptr), core::DataError);
+  auto bad = test::scratch("bad.jsonl.xz");
+  test::write_file(bad, "this is not xz data");
+  try {
+    read_corpus({bad.string()}, nullptr);
+    FAIL() << "expected DataError";
+  } catch (const core::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("xz -dc' failed"), std::string::npos) << e.what();
+  }
+}

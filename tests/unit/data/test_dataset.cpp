@@ -1,0 +1,263 @@
+// Token dataset: writer + reader against the JSONL source, spans, schema errors.
+#include "test_helpers.hpp"
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/data/dataset.hpp"
+#include "wlb4d/data/prep.hpp"
+#include "wlb4d/data/tokenizer.hpp"
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <functional>
+#include <numeric>
+
+using namespace wlb;
+using namespace wlb::data;
+
+namespace {
+
+/// tiny.jsonl prepared with the bytes tokenizer (once per test binary).
+const std::string& tiny_bytes_h5() {
+  static std::string path = [] {
+    PrepOptions o;
+    o.inputs = {test::tiny_jsonl()};
+    o.output = test::scratch("tiny-bytes.h5").string();
+    run_prep(o);
+    return o.output;
+  }();
+  return path;
+}
+
+/// Expects a DataError whose message contains every fragment.
+void expect_data_error(const std::function<void()>& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "expected DataError";
+  } catch (const core::DataError& e) {
+    for (const auto& frag : fragments)
+      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos) << "'" << frag << "' not in: " << e.what();
+  }
+}
+
+/// Writes a hand-made file: an edit hook may break the schema.
+std::string write_custom(const std::string& name, const std::function<void(hid_t)>& edit) {
+  auto path = test::scratch(name).string();
+  {
+    TokenDatasetWriter w(path, "bytes", 257, 256, "unit test", "");
+    w.append({72, 105});
+    w.append({33});
+    w.finish();
+  }
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  edit(f);
+  H5Fclose(f);
+  return path;
+}
+
+template <class T>
+void replace_dataset(hid_t f, const char* name, hid_t type, const std::vector<T>& v, hid_t memtype) {
+  H5Ldelete(f, name, H5P_DEFAULT);
+  hsize_t n = v.size();
+  hid_t s = H5Screate_simple(1, &n, nullptr);
+  hid_t d = H5Dcreate2(f, name, type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  H5Dclose(d);
+  H5Sclose(s);
+}
+
+}  // namespace
+
+TEST(TokenDataset, MatchesJsonlSource) {
+  auto texts = test::jsonl_texts(test::tiny_jsonl());
+  auto ds = TokenDataset::open(tiny_bytes_h5());
+  EXPECT_EQ(ds.tokenizer(), "bytes");
+  EXPECT_EQ(ds.vocab_size(), 257);
+  EXPECT_EQ(ds.eos_id(), 256);
+  EXPECT_EQ(ds.tokenizer_model(), "");
+  EXPECT_EQ(ds.source(), test::tiny_jsonl());
+  ASSERT_EQ(ds.num_docs(), static_cast<std::int64_t>(texts.size()));
+  const auto& off = ds.doc_offsets();
+  ASSERT_EQ(off.size(), texts.size() + 1);
+  EXPECT_EQ(off.front(), 0u);
+  EXPECT_EQ(static_cast<std::int64_t>(off.back()), ds.num_tokens());
+  ByteTokenizer tok;
+  std::int64_t total = 0;
+  for (std::int64_t d = 0; d < ds.num_docs(); ++d) {
+    const std::string& t = texts[static_cast<std::size_t>(d)];
+    ASSERT_EQ(ds.doc_length(d), static_cast<std::int64_t>(t.size()) + 1);  // bytes + EOS
+    total += ds.doc_length(d);
+    std::vector<token_t> buf(static_cast<std::size_t>(ds.doc_length(d)));
+    ds.read(d, 0, ds.doc_length(d), buf.data());
+    EXPECT_EQ(buf.back(), 256u);
+    EXPECT_EQ(tok.decode(buf), t);
+    // A span in the middle of the document.
+    std::vector<token_t> mid(7);
+    ds.read(d, 3, 7, mid.data());
+    EXPECT_EQ(tok.decode(mid), t.substr(3, 7));
+  }
+  EXPECT_EQ(total, ds.num_tokens());
+}
+
+TEST(TokenDataset, GlobalRangesCrossDocumentBoundaries) {
+  auto texts = test::jsonl_texts(test::tiny_jsonl());
+  std::vector<token_t> expect;  // the source, concatenated with EOS after each document
+  for (const auto& t : texts) {
+    for (unsigned char c : t) expect.push_back(c);
+    expect.push_back(256);
+  }
+  auto ds = TokenDataset::open(tiny_bytes_h5());
+  ASSERT_EQ(ds.num_tokens(), static_cast<std::int64_t>(expect.size()));
+  const auto& off = ds.doc_offsets();
+  for (std::size_t d = 1; d + 1 < off.size(); d += 3) {
+    std::int64_t begin = static_cast<std::int64_t>(off[d]) - 10;  // 10 before the boundary ...
+    std::int64_t count = 10 + static_cast<std::int64_t>(off[d + 1] - off[d]) + 5;  // ... past the next one
+    count = std::min(count, ds.num_tokens() - begin);
+    std::vector<token_t> got(static_cast<std::size_t>(count));
+    ds.read_tokens(begin, count, got.data());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), expect.begin() + begin)) << "range at doc " << d;
+  }
+  std::vector<token_t> all(expect.size());
+  ds.read_tokens(0, ds.num_tokens(), all.data());
+  EXPECT_EQ(all, expect);
+  ds.read_tokens(ds.num_tokens(), 0, nullptr);  // empty range at the end is fine
+}
+
+TEST(TokenDataset, OutOfRangeRequestsAreDataErrors) {
+  auto ds = TokenDataset::open(tiny_bytes_h5());
+  std::vector<token_t> buf(100000);
+  expect_data_error([&] { ds.doc_length(ds.num_docs()); }, {tiny_bytes_h5(), "out of range"});
+  expect_data_error([&] { ds.read(0, 1, ds.doc_length(0), buf.data()); }, {"leaves document 0"});
+  expect_data_error([&] { ds.read_tokens(ds.num_tokens() - 1, 2, buf.data()); }, {"leaves dataset 'tokens'"});
+  expect_data_error([&] { ds.read_tokens(-1, 2, buf.data()); }, {"leaves dataset 'tokens'"});
+}
+
+TEST(TokenDataset, MovableAndIdentity) {
+  auto a = TokenDataset::open(tiny_bytes_h5());
+  std::string id = a.identity();
+  EXPECT_NE(id.find("docs=20"), std::string::npos) << id;
+  EXPECT_NE(id.find("offsets_fnv1a="), std::string::npos) << id;
+  TokenDataset b = std::move(a);
+  EXPECT_EQ(b.identity(), id);
+  EXPECT_EQ(b.num_docs(), 20);
+  token_t t = 0;
+  b.read(0, 0, 1, &t);
+  EXPECT_LT(t, 256u);
+  auto c = TokenDataset::open(tiny_bytes_h5());
+  c = std::move(b);
+  EXPECT_EQ(c.identity(), id);
+}
+
+TEST(TokenDataset, SentencePieceDatasetCarriesItsModel) {
+  PrepOptions o;
+  o.inputs = {test::tiny_jsonl()};
+  o.output = test::scratch("tiny-spm.h5").string();
+  o.tokenizer = "sentencepiece";
+  o.vocab_size = 400;
+  auto s = run_prep(o);
+  EXPECT_EQ(s.vocab_size, 400);
+  auto ds = TokenDataset::open(o.output);
+  EXPECT_EQ(ds.tokenizer(), "sentencepiece");
+  EXPECT_EQ(ds.vocab_size(), 400);
+  EXPECT_EQ(ds.eos_id(), 2);
+  auto tok = make_tokenizer(ds.tokenizer(), ds.tokenizer_model(), ds.path());
+  auto texts = test::jsonl_texts(test::tiny_jsonl());
+  for (std::int64_t d = 0; d < ds.num_docs(); ++d) {
+    std::vector<token_t> buf(static_cast<std::size_t>(ds.doc_length(d)));
+    ds.read(d, 0, ds.doc_length(d), buf.data());
+    EXPECT_EQ(buf.back(), 2u);
+    EXPECT_EQ(tok->decode(buf), texts[static_cast<std::size_t>(d)]);
+  }
+}
+
+TEST(TokenDataset, MissingNotHdf5AndTruncatedFiles) {
+  expect_data_error([] { TokenDataset::open("/no/such/file.h5"); }, {"/no/such/file.h5", "does not exist"});
+  auto txt = test::scratch("not.h5");
+  test::write_file(txt, "just text, not HDF5");
+  expect_data_error([&] { TokenDataset::open(txt.string()); }, {txt.string(), "not an HDF5 file"});
+  // Cut a real dataset in half: the superblock survives, the data does not.
+  std::string bytes = test::read_file(tiny_bytes_h5());
+  auto cut = test::scratch("truncated.h5");
+  test::write_file(cut, bytes.substr(0, bytes.size() / 2));
+  expect_data_error([&] { TokenDataset::open(cut.string()); }, {cut.string(), "truncated"});
+}
+
+TEST(TokenDataset, WrongSchemaIsNamed) {
+  auto p = write_custom("no-tokens.h5", [](hid_t f) { H5Ldelete(f, "tokens", H5P_DEFAULT); });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "dataset 'tokens'", "is missing"});
+
+  p = write_custom("no-offsets.h5", [](hid_t f) { H5Ldelete(f, "doc_offsets", H5P_DEFAULT); });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "dataset 'doc_offsets'", "is missing"});
+
+  p = write_custom("int64-tokens.h5", [](hid_t f) {
+    replace_dataset<std::int64_t>(f, "tokens", H5T_STD_I64LE, {72, 105, 256, 33, 256}, H5T_NATIVE_INT64);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "dataset 'tokens'", "dtype uint32"});
+
+  p = write_custom("2d-tokens.h5", [](hid_t f) {
+    H5Ldelete(f, "tokens", H5P_DEFAULT);
+    hsize_t dims[2] = {5, 1};
+    hid_t s = H5Screate_simple(2, dims, nullptr);
+    hid_t d = H5Dcreate2(f, "tokens", H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dclose(d);
+    H5Sclose(s);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "dataset 'tokens'", "must be 1-D"});
+
+  p = write_custom("float-offsets.h5", [](hid_t f) {
+    replace_dataset<double>(f, "doc_offsets", H5T_IEEE_F64LE, {0, 3, 5}, H5T_NATIVE_DOUBLE);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "dataset 'doc_offsets'", "dtype uint64"});
+
+  p = write_custom("nonmonotone.h5", [](hid_t f) {
+    replace_dataset<std::uint64_t>(f, "doc_offsets", H5T_STD_U64LE, {0, 4, 3, 5}, H5T_NATIVE_UINT64);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "doc_offsets", "strictly increasing"});
+
+  p = write_custom("short-offsets.h5", [](hid_t f) {
+    replace_dataset<std::uint64_t>(f, "doc_offsets", H5T_STD_U64LE, {0, 3}, H5T_NATIVE_UINT64);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "doc_offsets", "must end at num_tokens = 5"});
+
+  p = write_custom("no-format.h5", [](hid_t f) { H5Adelete(f, "format"); });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "missing root attribute 'format'"});
+
+  p = write_custom("no-vocab.h5", [](hid_t f) { H5Adelete(f, "vocab_size"); });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "missing root attribute 'vocab_size'"});
+}
+
+TEST(TokenDataset, TokenAboveVocabIsCaughtOnRead) {
+  auto p = write_custom("big-token.h5", [](hid_t f) {
+    replace_dataset<std::uint32_t>(f, "tokens", H5T_STD_U32LE, {72, 105, 256, 9999, 256}, H5T_NATIVE_UINT32);
+  });
+  auto ds = TokenDataset::open(p);  // opening is fine: tokens are checked when read
+  std::vector<token_t> buf(3);
+  ds.read(0, 0, 3, buf.data());
+  expect_data_error([&] { ds.read(1, 0, 2, buf.data()); }, {p, "'tokens'", "9999", "index 3", "vocab_size 257"});
+}
+
+TEST(TokenDatasetWriter, ValidatesAndIsAtomic) {
+  auto p = test::scratch("w.h5").string();
+  {
+    TokenDatasetWriter w(p, "bytes", 257, 256, "t", "");
+    w.append({1, 2});
+    expect_data_error([&] { w.append({256}); }, {"is EOS"});
+    expect_data_error([&] { w.append({300}); }, {"not below vocab_size 257"});
+    EXPECT_TRUE(std::filesystem::exists(p + ".tmp"));
+    EXPECT_FALSE(std::filesystem::exists(p));
+  }  // abandoned: the .tmp is removed, nothing that looks complete is left
+  EXPECT_FALSE(std::filesystem::exists(p + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(p));
+  {
+    TokenDatasetWriter::Options small;
+    small.chunk_tokens = 3;  // many chunks, many flushes
+    TokenDatasetWriter w(p, "bytes", 257, 256, "t", "", small);
+    for (int d = 0; d < 50; ++d) w.append(std::vector<token_t>(static_cast<std::size_t>(d % 7), 65 + d % 20));
+    w.finish();
+  }
+  auto ds = TokenDataset::open(p);
+  EXPECT_EQ(ds.num_docs(), 50);
+  for (int d = 0; d < 50; ++d) EXPECT_EQ(ds.doc_length(d), d % 7 + 1);
+  expect_data_error([] { TokenDatasetWriter("/no/such/dir/x.h5", "bytes", 257, 256, "", ""); },
+                    {"/no/such/dir/x.h5.tmp", "cannot create"});
+  expect_data_error([&] { TokenDatasetWriter(p, "sentencepiece", 400, 2, "", ""); }, {"needs the serialized model"});
+}

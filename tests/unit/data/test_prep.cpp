@@ -1,0 +1,134 @@
+// wlb4d-prep logic: options, split by document, summary numbers.
+#include "test_helpers.hpp"
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/data/dataset.hpp"
+#include "wlb4d/data/prep.hpp"
+#include "wlb4d/data/tokenizer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+using namespace wlb;
+using namespace wlb::data;
+
+namespace {
+std::vector<std::string> decoded_docs(const std::string& path) {
+  auto ds = TokenDataset::open(path);
+  auto tok = make_tokenizer(ds.tokenizer(), ds.tokenizer_model());
+  std::vector<std::string> out;
+  for (std::int64_t d = 0; d < ds.num_docs(); ++d) {
+    std::vector<token_t> buf(static_cast<std::size_t>(ds.doc_length(d)));
+    ds.read(d, 0, ds.doc_length(d), buf.data());
+    out.push_back(tok->decode(buf));
+  }
+  return out;
+}
+}  // namespace
+
+TEST(Prep, ParsesOptions) {
+  const char* argv[] = {"wlb4d-prep", "--input", "a.jsonl", "-i", "dir", "--output", "o.h5", "--tokenizer",
+                        "sentencepiece", "--vocab-size", "512", "--val-fraction", "0.1", "--val-output", "v.h5",
+                        "--seed", "9", "--max-docs", "100"};
+  auto o = parse_prep_args(static_cast<int>(std::size(argv)), argv);
+  EXPECT_EQ(o.inputs, (std::vector<std::string>{"a.jsonl", "dir"}));
+  EXPECT_EQ(o.output, "o.h5");
+  EXPECT_EQ(o.tokenizer, "sentencepiece");
+  EXPECT_EQ(o.vocab_size, 512);
+  EXPECT_DOUBLE_EQ(o.val_fraction, 0.1);
+  EXPECT_EQ(o.val_output, "v.h5");
+  EXPECT_EQ(o.seed, 9u);
+  EXPECT_EQ(o.max_docs, 100);
+  const char* bad[] = {"wlb4d-prep", "--inptu", "x"};
+  EXPECT_THROW(parse_prep_args(3, bad), core::ConfigError);
+}
+
+TEST(Prep, RejectsInvalidOptions) {
+  PrepOptions o;
+  o.inputs = {test::tiny_jsonl()};
+  EXPECT_THROW(run_prep(o), core::ConfigError);  // no --output
+  o.output = test::scratch("x.h5").string();
+  o.val_fraction = 0.2;  // no --val-output
+  EXPECT_THROW(run_prep(o), core::ConfigError);
+  o.val_fraction = 1.0;
+  o.val_output = test::scratch("v.h5").string();
+  EXPECT_THROW(run_prep(o), core::ConfigError);
+  o.val_fraction = 0;
+  o.val_output.clear();
+  o.tokenizer = "words";
+  EXPECT_THROW(run_prep(o), core::ConfigError);
+  o.tokenizer = "sentencepiece";
+  o.vocab_size = 100;
+  EXPECT_THROW(run_prep(o), core::ConfigError);
+}
+
+TEST(Prep, SplitByDocumentIsSeededAndComplete) {
+  auto texts = test::jsonl_texts(test::tiny_jsonl());
+  PrepOptions o;
+  o.inputs = {test::tiny_jsonl()};
+  o.output = test::scratch("split-train.h5").string();
+  o.val_output = test::scratch("split-val.h5").string();
+  o.val_fraction = 0.25;
+  o.seed = 77;
+  auto s = run_prep(o);
+  EXPECT_EQ(s.train.docs, 15);
+  EXPECT_EQ(s.val.docs, 5);
+  auto tr = decoded_docs(o.output), va = decoded_docs(o.val_output);
+  // Together they are the corpus, each document once, each split in corpus order.
+  std::multiset<std::string> all(tr.begin(), tr.end());
+  all.insert(va.begin(), va.end());
+  EXPECT_EQ(all, std::multiset<std::string>(texts.begin(), texts.end()));
+  auto in_order = [&](const std::vector<std::string>& v) {
+    std::vector<std::ptrdiff_t> pos;
+    for (const auto& d : v) pos.push_back(std::find(texts.begin(), texts.end(), d) - texts.begin());
+    return std::is_sorted(pos.begin(), pos.end());
+  };
+  EXPECT_TRUE(in_order(tr));
+  EXPECT_TRUE(in_order(va));
+  // Same seed, same split; another seed, another split.
+  auto s2 = run_prep(o);
+  EXPECT_EQ(decoded_docs(o.val_output), va);
+  o.seed = 78;
+  run_prep(o);
+  EXPECT_NE(decoded_docs(o.val_output), va);
+  EXPECT_EQ(s2.train.tokens + s2.val.tokens, s.train.tokens + s.val.tokens);
+}
+
+TEST(Prep, SummaryNumbers) {
+  PrepOptions o;
+  o.inputs = {test::tiny_jsonl()};
+  o.output = test::scratch("sum.h5").string();
+  o.max_docs = 10;
+  auto s = run_prep(o);
+  auto texts = test::jsonl_texts(test::tiny_jsonl());
+  std::vector<std::int64_t> len;
+  std::int64_t tokens = 0;
+  for (int i = 0; i < 10; ++i) {
+    len.push_back(static_cast<std::int64_t>(texts[static_cast<std::size_t>(i)].size()) + 1);
+    tokens += len.back();
+  }
+  std::sort(len.begin(), len.end());
+  EXPECT_EQ(s.train.docs, 10);
+  EXPECT_EQ(s.train.tokens, tokens);
+  EXPECT_EQ(s.train.p50, len[4]);  // nearest rank: ceil(0.5 * 10) = 5th
+  EXPECT_EQ(s.train.p90, len[8]);
+  EXPECT_EQ(s.train.p99, len[9]);
+  EXPECT_EQ(s.train.max, len[9]);
+  auto text = format_summary(s);
+  EXPECT_NE(text.find("wlb4d-prep: train " + o.output + ": 10 documents, " + std::to_string(tokens) + " tokens"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(percentile({}, 50), 0);
+  EXPECT_EQ(percentile({1, 2, 3, 4}, 100), 4);
+  EXPECT_EQ(percentile({1, 2, 3, 4}, 1), 1);
+}
+
+TEST(Prep, NoDocumentsIsAnError) {
+  auto p = test::scratch("empty.jsonl");
+  test::write_file(p, "{\"text\": \"\"}\n{\"other\": 1}\n");
+  PrepOptions o;
+  o.inputs = {p.string()};
+  o.output = test::scratch("none.h5").string();
+  EXPECT_THROW(run_prep(o), core::DataError);
+}
