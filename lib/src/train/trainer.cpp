@@ -10,6 +10,7 @@
 #include "wlb4d/optim/adamw.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
 #include "wlb4d/train/batch.hpp"
+#include "wlb4d/train/calibrate.hpp"
 #include "wlb4d/train/executor.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -79,7 +80,17 @@ struct Trainer::Impl {
     if (val_ds && val_ds->vocab_size() != vocab)
       throw core::DataError("data.val='" + c.data.val + "' has vocab_size " + std::to_string(val_ds->vocab_size()) +
                             " but data.train='" + c.data.train + "' has " + std::to_string(vocab));
-    cost = balance::CostModel::from_config(c);
+    if (c.balance.calibrate) {
+      const auto cal = calibrate_cost_model(c.model, std::max<std::int64_t>(c.train.max_seq_len, c.balance.max_tokens),
+                                            g.world());
+      cost = cal.cost;
+      if (g.rank() == 0)
+        spdlog::info("cost model calibrated on this build's layer: a = {:.3e} s/token, b = {:.3e} s/token^2, "
+                     "c = {:.3e} s per layer (breakpoint {:.0f} tokens)",
+                     cost.a, cost.b, cost.c, cost.breakpoint());
+    } else {
+      cost = balance::CostModel::from_config(c);
+    }
     packer = balance::make_packer(c, cost);
     exec = std::make_unique<Executor>(c, g, vocab);
     for (auto& chunk : exec->chunks()) {

@@ -1,0 +1,110 @@
+// wlb4d-plan — cluster-scale planner/simulator (DESIGN §1, §6): compares the
+// packers and CP shardings of a deck's [plan] section on a sampled document
+// stream, with the pipeline simulated action by action. No MPI run needed
+// (rank 0 does the work if launched under mpiexec).
+//
+//   wlb4d-plan DECK [--section.key=value ...] [--csv FILE]
+#include "wlb4d/balance/doc_source.hpp"
+#include "wlb4d/balance/simulate.hpp"
+#include "wlb4d/core/config.hpp"
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/core/mpi_main.hpp"
+#include "wlb4d/core/version.hpp"
+
+#include <hdf5.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+namespace fs = std::filesystem;
+using wlb::core::ConfigError;
+using wlb::core::DataError;
+
+// plan.lengths: absolute, else relative to the deck's directory, else to the CWD.
+std::string resolve(const std::string& path, const std::string& deck) {
+  if (path.empty()) throw ConfigError("plan.lengths must name a JSON length array or an HDF5 token dataset");
+  const fs::path p(path);
+  if (p.is_relative() && !deck.empty()) {
+    const fs::path beside = fs::path(deck).parent_path() / p;
+    if (fs::exists(beside)) return beside.string();
+  }
+  return path;
+}
+
+// Document lengths from an HDF5 token dataset's /doc_offsets (DESIGN §7).
+std::vector<std::int64_t> lengths_from_hdf5(const std::string& path) {
+  H5E_auto2_t old_fn;
+  void* old_data;
+  H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = f >= 0 ? H5Dopen2(f, "/doc_offsets", H5P_DEFAULT) : -1;
+  std::vector<unsigned long long> off;
+  bool ok = d >= 0;
+  if (ok) {
+    const hid_t sp = H5Dget_space(d);
+    hsize_t n = 0;
+    ok = H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &n, nullptr) == 1 && n >= 2;
+    if (ok) {
+      off.resize(n);
+      ok = H5Dread(d, H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data()) >= 0;
+    }
+    H5Sclose(sp);
+    H5Dclose(d);
+  }
+  if (f >= 0) H5Fclose(f);
+  H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
+  if (!ok) throw DataError("plan.lengths='" + path + "': cannot read a 1-D /doc_offsets (n_docs+1) from it");
+  std::vector<std::int64_t> len;
+  for (std::size_t i = 1; i < off.size(); ++i) {
+    if (off[i] <= off[i - 1]) throw DataError("plan.lengths='" + path + "': /doc_offsets must increase strictly");
+    len.push_back(static_cast<std::int64_t>(off[i] - off[i - 1]));
+  }
+  return len;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
+    using namespace wlb::core;
+    CommandLine cl = parse_command_line(ac, av);
+    std::string csv;
+    for (std::size_t i = 0; i < cl.extra.size(); ++i) {
+      const std::string& a = cl.extra[i];
+      if (a == "--csv" && i + 1 < cl.extra.size()) {
+        csv = cl.extra[++i];
+      } else if (a.rfind("--csv=", 0) == 0) {
+        csv = a.substr(6);
+      } else {
+        throw ConfigError("unknown command-line argument '" + a + "' (wlb4d-plan takes DECK [--csv FILE])");
+      }
+    }
+    if (world_rank() != 0) return 0;  // every rank checked the command line; rank 0 simulates
+    if (cl.help) {
+      std::printf("wlb4d-plan %s (%s)\nusage: wlb4d-plan DECK [--section.key=value ...] [--csv FILE]\n%s", kVersion,
+                  kGitSha, deck_help().c_str());
+      return 0;
+    }
+    if (cl.print_config) {
+      std::printf("%s", to_ini(cl.config).c_str());
+      return 0;
+    }
+    const Config& cfg = cl.config;
+    const std::string path = resolve(cfg.plan.lengths, cfg.deck_path);
+    const auto ext = fs::path(path).extension().string();
+    const auto lengths = (ext == ".h5" || ext == ".hdf5") ? lengths_from_hdf5(path)
+                                                          : wlb::balance::load_lengths_json(path);
+    std::printf("document lengths: %s (%zu documents)\n", path.c_str(), lengths.size());
+    const auto report = wlb::balance::simulate_plan(cfg, lengths);
+    std::printf("%s", wlb::balance::format_table(report, cfg).c_str());
+    if (!csv.empty()) {
+      std::ofstream out(csv);
+      out << wlb::balance::format_csv(report);
+      if (!out) throw DataError("cannot write --csv file '" + csv + "'");
+      std::printf("wrote %s\n", csv.c_str());
+    }
+    return 0;
+  });
+}

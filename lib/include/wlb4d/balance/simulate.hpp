@@ -1,0 +1,86 @@
+#pragma once
+/// \file simulate.hpp
+/// \brief The cluster-scale planner/simulator behind wlb4d-plan: runs every
+/// packer × CP sharding of the deck's [plan] section over plan.steps steps of
+/// a sampled document stream, and estimates each step's time with the cost
+/// model, an α–β communication model and an action-by-action pipeline
+/// simulation (pipeline_sim.hpp).
+///
+/// Step-time model (all seconds; per DP replica, then the max over replicas,
+/// since the gradient reduction synchronises them):
+///   * per layer and micro-batch, CP rank r: linear work c + a·tokens_r and
+///     attention attn_r (CostModel::rank_latencies); forward = linear/3 +
+///     attn/3.5, backward = the rest (GEMM backward = 2× forward, FA2
+///     backward ≈ 2.5× forward, reference §3.5); the CP group waits for its
+///     slowest rank (max over r, forward and backward separately);
+///   * CP all-gather of K and V per layer forward (and reduce-scatter of dK,
+///     dV backward), ring: (cp−1)·(α + β·bytes_per_rank), bytes_per_rank =
+///     tokens/cp · 2·max(1, kv_heads/tp)·head_dim · 2 bytes (bf16);
+///   * stage k of K = pp·virtual_stages holds ⌊layers/K⌋ layers, the first
+///     layers mod K stages one more; embedding and LM head are not modelled
+///     (the vocabulary comes from the dataset);
+///   * PP p2p per micro-batch and stage boundary: α + β·tokens/(cp·tp)·
+///     d_model·2 bytes (sequence-parallel activations, bf16);
+///   * the schedule is parallel.schedule, simulated action by action;
+///   * plus the gradient all-reduce over the dp·cp group of this stage's
+///     layer parameters (bf16, ring: 2(g−1)·α + 2(g−1)/g·bytes·β).
+/// TP collectives are taken as overlapped with compute (paper §6) and not
+/// charged.
+
+#include "wlb4d/balance/cost_model.hpp"
+#include "wlb4d/balance/metrics.hpp"
+#include "wlb4d/balance/plan.hpp"
+#include "wlb4d/core/config.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wlb::balance {
+
+/// The simulator's cost model: the deck's balance.cost_a/b/c when
+/// balance.calibrate=false, else CostModel::from_model(model, tp,
+/// plan.flops_per_s) (an H100-like FLOP profile; attention at 60% of the GEMM
+/// rate). \throws core::ConfigError.
+CostModel plan_cost_model(const core::Config& cfg);
+
+/// Simulated time of one step of `plan` (seconds), and its pipeline bubble.
+struct StepTime {
+  double seconds = 0;
+  double bubble_fraction = 0;  ///< of the slowest replica
+};
+/// \throws core::ConfigError for an invalid layout or schedule.
+StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost);
+
+/// One packer × sharding row.
+struct PlanRow {
+  std::string packer, sharding;
+  RunMetrics metrics;
+  double step_time_s = 0;       ///< mean simulated step time (seconds)
+  double speedup = 1;           ///< step time of fixed+sequence / this row's
+  double tokens_per_s = 0;      ///< trained tokens per simulated second
+  double bubble_fraction = 0;   ///< mean over steps
+  double plan_ms = 0;           ///< mean wall time of plan_step (milliseconds)
+};
+
+struct PlanReport {
+  CostModel cost;
+  std::vector<std::int64_t> thresholds;  ///< wlb outlier thresholds used (tokens)
+  std::vector<PlanRow> rows;
+};
+
+/// Runs plan.packers × plan.shardings (plus fixed+sequence as the speedup
+/// baseline) for plan.steps steps, documents drawn i.i.d. from `lengths`
+/// with train.seed. "auto" thresholds are tuned once on 20,000 lengths.
+/// \throws core::ConfigError for unknown packer/sharding names or layouts;
+///         core::DataError for an empty length list.
+PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths);
+
+/// Human-readable table of the report.
+std::string format_table(const PlanReport& report, const core::Config& cfg);
+/// CSV with header packer,sharding,latency_imbalance,attention_imbalance,
+/// step_time_s,speedup,mean_delay_steps,max_delay_steps,cp_imbalance,
+/// replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms.
+std::string format_csv(const PlanReport& report);
+
+}  // namespace wlb::balance

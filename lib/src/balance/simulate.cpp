@@ -1,0 +1,205 @@
+// Cluster-scale simulator behind wlb4d-plan (see simulate.hpp).
+#include "wlb4d/balance/simulate.hpp"
+
+#include "wlb4d/balance/doc_source.hpp"
+#include "wlb4d/balance/packer.hpp"
+#include "wlb4d/balance/pipeline_sim.hpp"
+#include "wlb4d/balance/sharding.hpp"
+#include "wlb4d/core/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+namespace wlb::balance {
+
+namespace {
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream is(s);
+  std::vector<std::string> out;
+  for (std::string w; is >> w;) out.push_back(w);
+  return out;
+}
+
+double ring_allgather(double alpha, double beta, int g, double bytes_per_rank) {
+  return g <= 1 ? 0.0 : (g - 1) * (alpha + beta * bytes_per_rank);
+}
+
+}  // namespace
+
+CostModel plan_cost_model(const core::Config& cfg) {
+  if (!cfg.balance.calibrate) return CostModel::from_config(cfg);
+  return CostModel::from_model(cfg.model, cfg.parallel.tp, cfg.plan.flops_per_s);
+}
+
+StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost) {
+  const auto& par = cfg.parallel;
+  const auto& m = cfg.model;
+  const int v = par.virtual_stages, K = par.pp * v;
+  if (m.layers < K)
+    throw core::ConfigError(fmt::format("model.layers={} must be >= parallel.pp*parallel.virtual_stages={}", m.layers, K));
+  const double alpha = cfg.plan.alpha_s, beta = cfg.plan.beta_s_per_byte;
+  const double kv_local = std::max(1, m.kv_heads / par.tp);
+  std::vector<int> layers(static_cast<std::size_t>(K), m.layers / K);
+  for (int k = 0; k < m.layers % K; ++k) layers[static_cast<std::size_t>(k)]++;
+  StepTime out;
+  for (std::size_t r = 0; r < plan.micro_batches.size(); ++r) {
+    const auto& mbs = plan.micro_batches[r];
+    const int n = static_cast<int>(mbs.size());
+    if (n == 0) continue;
+    PipelineTimes t;
+    t.fwd.assign(static_cast<std::size_t>(K), std::vector<double>(static_cast<std::size_t>(n)));
+    t.bwd = t.fwd;
+    t.p2p.resize(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const auto& mb = mbs[static_cast<std::size_t>(i)];
+      const Sharding sh = plan.sharding[r][static_cast<std::size_t>(i)];
+      const auto attn = cost.rank_attention(mb, par.cp, sh);
+      const auto tok = shard_tokens(mb, par.cp, sh);
+      double f = 0, b = 0;
+      for (int c = 0; c < par.cp; ++c) {
+        const double lin = cost.c + cost.a * static_cast<double>(tok[static_cast<std::size_t>(c)].size());
+        const double at = attn[static_cast<std::size_t>(c)];
+        f = std::max(f, lin / 3.0 + at / 3.5);
+        b = std::max(b, lin * 2.0 / 3.0 + at * 2.5 / 3.5);
+      }
+      const double T = static_cast<double>(mb.tokens());
+      const double kv_bytes = T / par.cp * 2.0 * kv_local * m.head_dim() * 2.0;
+      const double ag = ring_allgather(alpha, beta, par.cp, kv_bytes);
+      for (int k = 0; k < K; ++k) {
+        t.fwd[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = layers[static_cast<std::size_t>(k)] * (f + ag);
+        t.bwd[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = layers[static_cast<std::size_t>(k)] * (b + ag);
+      }
+      t.p2p[static_cast<std::size_t>(i)] = alpha + beta * T / (par.cp * par.tp) * m.d_model * 2.0;
+    }
+    const auto res = simulate_pipeline(par.schedule, par.pp, v, t);
+    if (res.makespan > out.seconds) {
+      out.seconds = res.makespan;
+      out.bubble_fraction = res.bubble_fraction;
+    }
+  }
+  // Gradient all-reduce of one stage's layer parameters over dp·cp.
+  const double d = m.d_model, hd = m.head_dim();
+  const double p_layer = d * (m.heads + 2.0 * m.kv_heads) * hd + m.heads * hd * d + 3.0 * d * m.ffn_hidden;
+  const double bytes = 2.0 * p_layer * layers[0] / par.tp;
+  const int g = par.dp * par.cp;
+  if (g > 1) out.seconds += 2.0 * (g - 1) * alpha + 2.0 * (g - 1) / g * bytes * beta;
+  return out;
+}
+
+PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths) {
+  if (lengths.empty()) throw core::DataError("wlb4d-plan: plan.lengths holds no document lengths");
+  PlanReport rep;
+  rep.cost = plan_cost_model(cfg);
+  const auto packers = words(cfg.plan.packers);
+  const auto shardings = words(cfg.plan.shardings);
+  if (packers.empty()) throw core::ConfigError("plan.packers must name at least one of fixed greedy wlb");
+  if (shardings.empty())
+    throw core::ConfigError("plan.shardings must name at least one of sequence document adaptive");
+  PackerParams base = PackerParams::from_config(cfg);  // validates the deck's own packer settings
+  for (const auto& p : packers) {
+    base.kind = p;
+    base.validate();
+  }
+  for (const auto& s : shardings) {
+    base.sharding = s;
+    base.validate();
+  }
+  // Resolve wlb thresholds once.
+  if (cfg.balance.outlier_thresholds == "auto") {
+    PackerParams w = base;
+    w.kind = "wlb";
+    rep.thresholds = choose_outlier_thresholds(sample_lengths(lengths, 20000, cfg.train.seed ^ 0x5eed), w, rep.cost);
+  } else {
+    rep.thresholds = parse_thresholds(cfg.balance.outlier_thresholds);
+  }
+
+  auto run = [&](const std::string& kind, const std::string& sharding) {
+    PackerParams p = base;
+    p.kind = kind;
+    p.sharding = sharding;
+    p.thresholds = kind == "wlb" ? rep.thresholds : std::vector<std::int64_t>{};
+    auto packer = make_packer(p, rep.cost);
+    SampledDocSource src(lengths, cfg.train.seed);
+    std::vector<StepMetrics> ms;
+    PlanRow row;
+    row.packer = kind;
+    row.sharding = sharding;
+    double time = 0, bubble = 0, plan_s = 0;
+    for (int s = 0; s < cfg.plan.steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const StepPlan plan = packer->plan_step(s, src);
+      plan_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ms.push_back(step_metrics(plan, rep.cost, cfg.parallel.cp));
+      const auto st = simulate_step_time(plan, cfg, rep.cost);
+      time += st.seconds;
+      bubble += st.bubble_fraction;
+    }
+    const double n = std::max(1, cfg.plan.steps);
+    row.metrics = summarize(ms);
+    row.step_time_s = time / n;
+    row.bubble_fraction = bubble / n;
+    row.plan_ms = plan_s / n * 1e3;
+    row.tokens_per_s = row.step_time_s > 0 ? row.metrics.tokens_per_step / row.step_time_s : 0;
+    return row;
+  };
+  const PlanRow baseline = run("fixed", "sequence");
+  for (const auto& p : packers) {
+    for (const auto& s : shardings) {
+      PlanRow row = (p == "fixed" && s == "sequence") ? baseline : run(p, s);
+      row.speedup = row.step_time_s > 0 ? baseline.step_time_s / row.step_time_s : 1.0;
+      rep.rows.push_back(row);
+    }
+  }
+  return rep;
+}
+
+std::string format_table(const PlanReport& rep, const core::Config& cfg) {
+  std::string out;
+  const auto& par = cfg.parallel;
+  out += fmt::format(
+      "wlb4d-plan: {} layers, d_model {}, (tp, cp, pp, dp) = ({}, {}, {}, {}), schedule {}, {} micro-batches x {} "
+      "tokens, max_tokens {}, {} steps\n",
+      cfg.model.layers, cfg.model.d_model, par.tp, par.cp, par.pp, par.dp, par.schedule, cfg.train.micro_batches,
+      cfg.train.max_seq_len, cfg.balance.max_tokens > 0 ? cfg.balance.max_tokens : cfg.train.max_seq_len,
+      cfg.plan.steps);
+  out += fmt::format("cost model per layer (fwd+bwd): a = {:.4g} s/token, b = {:.4g} s/token^2, c = {:.4g} s; "
+                     "attention = linear at d = {:.0f} tokens\n",
+                     rep.cost.a, rep.cost.b, rep.cost.c, rep.cost.breakpoint());
+  std::string th;
+  for (auto x : rep.thresholds) th += fmt::format("{}{}", th.empty() ? "" : " ", x);
+  out += fmt::format("wlb outlier thresholds: {} (balance.outlier_thresholds = {}), max_delay {} steps\n\n",
+                     th.empty() ? "none" : th, cfg.balance.outlier_thresholds, cfg.balance.max_delay);
+  out += fmt::format("{:<7} {:<9} {:>8} {:>8} {:>7} {:>7} {:>10} {:>8} {:>7} {:>6} {:>6} {:>9}\n", "packer", "sharding",
+                     "lat_ID", "attn_ID", "cp_ID", "bubble", "step_s", "speedup", "delay", "maxdel", "tok/st",
+                     "plan_ms");
+  for (const auto& r : rep.rows) {
+    out += fmt::format("{:<7} {:<9} {:>8.3f} {:>8.3f} {:>7.3f} {:>7.3f} {:>10.4f} {:>7.3f}x {:>7.3f} {:>6} {:>5.0f}K {:>9.3f}\n",
+                       r.packer, r.sharding, r.metrics.latency_imbalance, r.metrics.attention_imbalance,
+                       r.metrics.cp_imbalance, r.bubble_fraction, r.step_time_s, r.speedup, r.metrics.mean_delay_steps,
+                       r.metrics.max_delay_steps, r.metrics.tokens_per_step / 1024.0, r.plan_ms);
+  }
+  out += "\nlat_ID: max x n / total per-micro-batch latency (paper Table 2); attn_ID: max/mean sum d^2; cp_ID: CP-rank\n"
+         "causal-work imbalance; bubble: 1F1B idle fraction; speedup over fixed+sequence; delay: token-weighted mean\n"
+         "wait (steps); tok/st: tokens per step.\n";
+  return out;
+}
+
+std::string format_csv(const PlanReport& rep) {
+  std::string out =
+      "packer,sharding,latency_imbalance,attention_imbalance,step_time_s,speedup,mean_delay_steps,max_delay_steps,"
+      "cp_imbalance,replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms\n";
+  for (const auto& r : rep.rows) {
+    out += fmt::format("{},{},{:.6f},{:.6f},{:.6g},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.1f},{:.6g},{:.6f}\n", r.packer,
+                       r.sharding, r.metrics.latency_imbalance, r.metrics.attention_imbalance, r.step_time_s, r.speedup,
+                       r.metrics.mean_delay_steps, r.metrics.max_delay_steps, r.metrics.cp_imbalance,
+                       r.metrics.replica_imbalance, r.bubble_fraction, r.metrics.tokens_per_step, r.tokens_per_s,
+                       r.plan_ms);
+  }
+  return out;
+}
+
+}  // namespace wlb::balance

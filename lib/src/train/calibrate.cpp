@@ -1,0 +1,73 @@
+#include "wlb4d/train/calibrate.hpp"
+
+#include "wlb4d/model/transformer.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+namespace wlb::train {
+
+Calibration calibrate_cost_model(const core::ModelConfig& model, std::int64_t max_tokens,
+                                 const comm::Communicator& world, int repeats) {
+  Calibration cal;
+  std::vector<double> flat;  // a, b, c, then (sum_d, sum_d2, seconds) triples
+  if (world.rank() == 0) {
+    core::ModelConfig one = model;
+    one.layers = 1;
+    model::ModelShard sh;
+    sh.layer_begin = 0;
+    sh.layer_end = 1;
+    sh.embedding = false;
+    sh.head = false;
+    const std::int64_t vocab = 2;  // no embedding/head in this shard: vocab is irrelevant
+    model::Transformer<float> layer(one, vocab, sh, comm::Communicator::self(), 1, max_tokens);
+    layer.params().init_parameters(7);
+    const std::int64_t d = model.d_model;
+    View2<float> x("calib_x", max_tokens, d), dy("calib_dy", max_tokens, d);
+    Kokkos::deep_copy(x, 0.1f);
+    Kokkos::deep_copy(dy, 1e-3f);
+    for (std::int64_t T : {max_tokens / 2, max_tokens}) {
+      for (std::int64_t ndocs : {1, 4, 16, 64}) {
+        if (T / ndocs < 1) continue;
+        std::vector<std::int64_t> cu{0};
+        for (std::int64_t i = 0; i < ndocs; ++i) cu.push_back(i + 1 == ndocs ? T : cu.back() + T / ndocs);
+        auto mb = model::make_micro_batch(cu, {});
+        double best = 1e300;
+        for (int r = 0; r < repeats + 1; ++r) {  // first run warms caches and BLAS
+          Kokkos::fence();
+          const auto t0 = std::chrono::steady_clock::now();
+          layer.forward(0, mb, x);
+          layer.backward(0, mb, dy, 1.0);
+          Kokkos::fence();
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (r > 0) best = std::min(best, s);
+        }
+        balance::Sample smp;
+        for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
+          const double len = double(cu[i + 1] - cu[i]);
+          smp.sum_d += len;
+          smp.sum_d2 += len * len;
+        }
+        smp.seconds = best;
+        cal.samples.push_back(smp);
+      }
+    }
+    cal.cost = balance::fit(cal.samples);
+    flat = {cal.cost.a, cal.cost.b, cal.cost.c};
+    for (const auto& s : cal.samples) flat.insert(flat.end(), {s.sum_d, s.sum_d2, s.seconds});
+  }
+  std::int64_t n = std::int64_t(flat.size());
+  world.broadcast(&n, 1, 0);
+  flat.resize(std::size_t(n));
+  world.broadcast(flat.data(), flat.size(), 0);
+  cal.cost.a = flat[0];
+  cal.cost.b = flat[1];
+  cal.cost.c = flat[2];
+  cal.samples.clear();
+  for (std::size_t i = 3; i + 2 < flat.size(); i += 3) cal.samples.push_back({flat[i], flat[i + 1], flat[i + 2]});
+  return cal;
+}
+
+}  // namespace wlb::train
