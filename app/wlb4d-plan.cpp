@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 namespace {
 namespace fs = std::filesystem;
@@ -69,13 +71,21 @@ std::vector<std::int64_t> lengths_from_hdf5(const std::string& path) {
 int main(int argc, char** argv) {
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb::core;
-    CommandLine cl = parse_command_line(ac, av);
+    // The deck parser takes one positional (the deck): join "--csv FILE" first.
+    std::vector<std::string> args(av, av + ac);
+    for (std::size_t i = 1; i + 1 < args.size(); ++i) {
+      if (args[i] == "--csv") {
+        args[i] += "=" + args[i + 1];
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      }
+    }
+    std::vector<const char*> argp;
+    for (const auto& a : args) argp.push_back(a.c_str());
+    CommandLine cl = parse_command_line(static_cast<int>(argp.size()), argp.data());
     std::string csv;
     for (std::size_t i = 0; i < cl.extra.size(); ++i) {
       const std::string& a = cl.extra[i];
-      if (a == "--csv" && i + 1 < cl.extra.size()) {
-        csv = cl.extra[++i];
-      } else if (a.rfind("--csv=", 0) == 0) {
+      if (a.rfind("--csv=", 0) == 0) {
         csv = a.substr(6);
       } else {
         throw ConfigError("unknown command-line argument '" + a + "' (wlb4d-plan takes DECK [--csv FILE])");

@@ -172,7 +172,21 @@ class PackerBase : public Packer {
       for (const auto& it : mb) c += cost_.span_cost(it.length);
       costs.push_back(c);
     }
-    return assign_to_replicas(costs, p_.dp);
+    auto replicas = assign_to_replicas(costs, p_.dp);
+    for (auto& r : replicas) r = pipeline_order(r, costs);
+    return replicas;
+  }
+
+  // 1F1B puts the first micro-batch's forward and the last one's backward on
+  // the critical path once per stage: run the cheapest first, the second
+  // cheapest last, the expensive ones in between (descending).
+  static std::vector<std::size_t> pipeline_order(std::vector<std::size_t> idx, const std::vector<double>& costs) {
+    if (idx.size() < 3) return idx;
+    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) { return costs[x] > costs[y]; });
+    std::vector<std::size_t> out{idx.back()};
+    out.insert(out.end(), idx.begin(), idx.end() - 2);
+    out.push_back(idx[idx.size() - 2]);
+    return out;
   }
 
   PackerParams p_;

@@ -163,6 +163,7 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
     const bool fresh = !file_exists(csv_path);
     impl_->csv.open(csv_path, std::ios::app);
     if (!impl_->csv) throw core::DataError("timing CSV '" + csv_path + "' cannot be opened for writing");
+    impl_->csv.precision(12);
     if (fresh) {
       impl_->csv << "step,rank,dp,pp,cp,tp";
       for (int c = 0; c < kNumCategories; ++c) impl_->csv << ",t_" << kNames[c];
