@@ -342,7 +342,19 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   CommandLine out;
   po::variables_map vm;
   try {
-    auto parsed = po::command_line_parser(argc, argv)
+    // "--key=" (an empty value, e.g. to switch off log.timing_file) is split
+    // into "--key" "" because Boost rejects an empty value after '='.
+    std::vector<std::string> args;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' && a.find('=') == a.size() - 1) {
+        args.push_back(a.substr(0, a.size() - 1));
+        args.emplace_back();
+      } else {
+        args.push_back(std::move(a));
+      }
+    }
+    auto parsed = po::command_line_parser(args)
                       .options(all)
                       .positional(pos)
                       .style(kCliStyle)

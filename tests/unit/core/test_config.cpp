@@ -152,6 +152,9 @@ TEST(Config, CommandLineParserReadsDeckFileAndOverrides) {
   EXPECT_EQ(cl.config.train.steps, 12);
   EXPECT_TRUE(cl.print_config);
   EXPECT_EQ(cl.config.deck_path, path);
+  // An empty value switches a path key off.
+  const char* argv2[] = {"wlb4d", path.c_str(), "--log.timing_file="};
+  EXPECT_EQ(parse_command_line(3, argv2).config.log.timing_file, "");
 }
 
 TEST(Config, UnknownKeyIsNamed) {

@@ -1,0 +1,229 @@
+#pragma once
+/// \file checkpoint.hpp
+/// \brief Layout-independent HDF5 checkpoints (DESIGN §3 "layout-independent
+/// checkpoints", §7; reference/hpc-conventions.md §5): one file per
+/// checkpoint, written collectively with MPI-IO, every tensor at its global
+/// shape, readable by any (dp, pp, cp, tp) layout.
+///
+/// ## File layout (format "wlb4d-checkpoint", format_version 1)
+///
+/// `DIR/step_NNNNNN.h5` (NNNNNN = TrainState::step zero-padded to 6 digits;
+/// more digits when the step needs them):
+///
+///   /model/<name>     float32 [global shape] (row-major, elements): parameter values
+///   /optim/m/<name>   float32 [global shape]: AdamW first moment
+///   /optim/v/<name>   float32 [global shape]: AdamW second moment
+///                     All three: chunked, Fletcher32 checksum per chunk,
+///                     attribute `shard_dim` (int: 0, 1 or -1 = replicated
+///                     over TP; informational, reading never depends on it).
+///                     Chunk: along shard_dim the finest TP shard of the
+///                     writing layout (ceil(n/tp) elements), the whole extent
+///                     along the other dimension; dimension 0 is then cut
+///                     until a chunk holds at most 64 MiB.
+///   /state/step            int64 [1]  optimizer steps completed (= next step to
+///                                     run = LR schedule position)
+///   /state/tokens_seen     int64 [1]  training tokens consumed so far
+///   /state/stream_epoch    int64 [1]  data::DocumentStream::State::epoch
+///   /state/stream_position int64 [1]  data::DocumentStream::State::position
+///   /state/seed            uint64 [1] train.seed (init and data order; no other RNG
+///                                     state exists in wlb4d)
+///   /state/packer          int64 [n]  balance::Packer::save_state() (carry-over,
+///                                     outlier queues, left-overs; n may be 0)
+///                     All /state datasets are chunked with Fletcher32 too.
+///   root attributes: format (string "wlb4d-checkpoint"), format_version (int 1),
+///     step, tokens_seen (int64, copies of /state for h5dump readers),
+///     deck (string: the resolved deck, core::to_ini()), writer_layout
+///     (int32[4]: dp, pp, cp, tp of the writing run; informational only),
+///     program_version, git_sha (strings, core/version.hpp), dataset_identity
+///     (string, data::TokenDataset::identity()), model shape: vocab_size,
+///     model_layers, model_d_model, model_heads, model_kv_heads,
+///     model_ffn_hidden (int64), tensors (string: every parameter name, one
+///     per line, in the model's fixed registry order).
+///
+/// `DIR/latest`: text, one checkpoint file name (relative to DIR) per line,
+/// newest first. The first line is the newest complete checkpoint; the list
+/// is the retained set (checkpoint.keep entries at most). Written as
+/// `latest.tmp` and renamed.
+///
+/// ## Atomic commit
+/// Every rank writes `step_NNNNNN.h5.tmp` collectively; H5Fflush + H5Fclose
+/// (collective) + barrier; rank 0 renames it to `step_NNNNNN.h5`, fsyncs DIR,
+/// then rewrites `latest` and deletes checkpoints beyond the newest `keep`
+/// (those listed in the old `latest`, and `step_*.h5` files found in DIR with
+/// a smaller step that are not retained). Resume reads only `latest`, so a
+/// leftover `.tmp` (a crash during a write) is never picked up; the next
+/// successful save removes stale `.tmp` files.
+///
+/// ## Writers and readers
+/// Every rank creates every dataset in the same order (the full model's
+/// parameter list, including stages it does not hold), and every write is a
+/// collective H5Dwrite (H5FD_MPIO_COLLECTIVE; required for filtered datasets):
+/// exactly one rank writes each element — the rank with dp = 0, cp = 0 for
+/// TP-sharded tensors, additionally tp = 0 for TP-replicated ones; every
+/// other rank selects none. Reading: each rank reads the hyperslab its
+/// CURRENT layout holds (independent reads, so a checksum failure on one
+/// rank cannot desynchronise a collective), and all ranks agree on success
+/// by an all-reduce before anyone returns. Hence a checkpoint written by any
+/// layout resumes on any other.
+///
+/// ## Errors
+/// Every failure throws wlb::core::CheckpointError on EVERY rank of the
+/// world communicator (the message of the lowest failing rank is broadcast):
+/// the message names the file, the dataset and the rule, e.g.
+///   "checkpoint ck/step_000020.h5: /model/layers.0.attn.wq has shape [64][32]
+///    but the deck's model needs [128][32]"
+///   "checkpoint ck/step_000020.h5: /optim/m/embed.weight: cannot read data
+///    (HDF5: data error detected by Fletcher32 checksum)"
+/// Buffers are host memory; see checkpoint_model.hpp for the adapter from
+/// model::ParamRegistry (device staging included).
+
+#include "wlb4d/comm/communicator.hpp"
+#include "wlb4d/core/config.hpp"
+#include "wlb4d/grid/process_grid.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wlb::io {
+
+inline constexpr const char* kCheckpointFormat = "wlb4d-checkpoint";
+inline constexpr int kCheckpointFormatVersion = 1;
+
+/// One tensor of the FULL model as the checkpoint sees it, plus this rank's
+/// part of it. Every rank passes the same list of names/shapes in the same
+/// order (the model's fixed registry order); `held` and the pointers differ.
+struct TensorRef {
+  std::string name;                        ///< dataset name under /model, /optim/m, /optim/v
+  std::vector<std::int64_t> global_shape;  ///< [n] or [rows][cols] (elements)
+  int shard_dim = -1;                      ///< TP-sharded dimension (chunk alignment, attribute), -1 replicated
+  bool held = false;                       ///< this rank holds a shard (its pipeline stage has the tensor)
+  bool writer = false;                     ///< this rank writes its shard (exactly one writer per element)
+  std::vector<std::int64_t> start;         ///< hyperslab start in global coordinates (held only)
+  std::vector<std::int64_t> count;         ///< hyperslab extent = local shape (held only)
+  float* value = nullptr;                  ///< host, row-major, prod(count) elements (held only)
+  float* m = nullptr;                      ///< AdamW first moment, same layout
+  float* v = nullptr;                      ///< AdamW second moment, same layout
+};
+
+/// Training state beside the tensors (/state).
+struct TrainState {
+  std::int64_t step = 0;             ///< optimizer steps completed; the next step to run
+  std::int64_t tokens_seen = 0;      ///< training tokens consumed
+  std::int64_t stream_epoch = 0;     ///< DocumentStream::State::epoch
+  std::int64_t stream_position = 0;  ///< DocumentStream::State::position
+  std::vector<std::int64_t> packer_state;  ///< Packer::save_state()
+  std::uint64_t seed = 0;            ///< train.seed
+  bool operator==(const TrainState& o) const {
+    return step == o.step && tokens_seen == o.tokens_seen && stream_epoch == o.stream_epoch &&
+           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed;
+  }
+};
+
+/// What the root attributes describe (written by save, returned by read/load).
+struct CheckpointInfo {
+  std::string deck;              ///< resolved deck text (core::to_ini(cfg))
+  std::string dataset_identity;  ///< data::TokenDataset::identity() of the training set
+  core::ModelConfig model;       ///< layers, d_model, heads, kv_heads, ffn_hidden are stored
+  std::int64_t vocab = 0;        ///< vocabulary size (from the dataset)
+  // Filled by save/read; ignored on input to save_checkpoint():
+  int layout[4] = {1, 1, 1, 1};  ///< writer's dp, pp, cp, tp
+  std::string program_version;   ///< core::kVersion of the writer
+  std::string git_sha;           ///< core::kGitSha of the writer
+  std::int64_t step = 0;
+  std::int64_t tokens_seen = 0;
+  std::vector<std::string> tensors;  ///< parameter names in file order
+};
+
+/// "[64][32]" (shape printing used in messages).
+std::string shape_string(const std::vector<std::int64_t>& shape);
+
+/// `DIR/step_NNNNNN.h5` of a step.
+std::string checkpoint_path(const std::string& dir, std::int64_t step);
+
+/// Writes the checkpoint of `state.step` into cc.dir (created if missing) and
+/// commits it atomically (see the file comment); keeps the newest cc.keep.
+/// Collective over grid.world(). tensors: the full model list (same names,
+/// shapes and order on every rank). Returns the final path (every rank).
+/// \throws core::CheckpointError (every rank) if the writers do not cover
+///         every element exactly once (counted), the directory or file cannot
+///         be created, an HDF5 call fails, or the rename/`latest` update
+///         fails; the .tmp file is removed then.
+std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::ProcessGrid& grid,
+                            const std::vector<TensorRef>& tensors, const TrainState& state,
+                            const CheckpointInfo& info);
+
+/// The result of load_checkpoint().
+struct LoadedCheckpoint {
+  TrainState state;
+  CheckpointInfo info;  ///< the root attributes (writer layout, deck, dataset identity, ...)
+};
+
+/// Reads `path` into the held shards of `tensors` (value, m, v) resharding to
+/// the current layout, and returns /state and the root attributes.
+/// Collective over grid.world(). The expected model shape is given by the
+/// tensors' global shapes (and model/vocab for the root-attribute check).
+/// \throws core::CheckpointError (every rank): not a file / not HDF5 /
+///         truncated; wrong format or version; model attributes differing from
+///         `model`/`vocab` ("written for layers=2 d_model=64 ... vocab=97 but
+///         the deck's model has ..."); a tensor missing; a dataset whose shape
+///         differs from its TensorRef's global_shape (both shapes named);
+///         a checksum or read failure (file and dataset named). On failure
+///         the held buffers may be partly overwritten: do not train on.
+LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGrid& grid,
+                                 const std::vector<TensorRef>& tensors, const core::ModelConfig& model,
+                                 std::int64_t vocab);
+
+/// Serial check of one checkpoint file: opens it, checks format attributes
+/// and reads every dataset listed (all /model, /optim/m, /optim/v tensors of
+/// the `tensors` attribute and /state), so every Fletcher32 checksum is
+/// verified. \throws core::CheckpointError naming the file and the dataset.
+void verify_checkpoint(const std::string& path);
+
+/// Collective version: dataset i is verified by world rank i % size; all
+/// ranks agree (the first failure's message is thrown on every rank).
+void verify_checkpoint(const std::string& path, const comm::Communicator& world);
+
+/// Root attributes of a checkpoint (serial, any process; no dataset read).
+/// \throws core::CheckpointError if the file is not a wlb4d checkpoint.
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
+/// Global shape and L2 norm of one stored tensor (wlb4d-ckpt inspect).
+struct TensorSummary {
+  std::string dataset;  ///< "/model/<name>", "/optim/m/<name>", "/optim/v/<name>"
+  std::vector<std::int64_t> shape;
+  double l2 = 0;        ///< sqrt(Σ x²) accumulated in double
+};
+/// Reads every tensor dataset (serial; checksums verified on the way) and
+/// returns its shape and L2 norm, in file order (/model, then /optim/m, /optim/v).
+/// \throws core::CheckpointError as verify_checkpoint().
+std::vector<TensorSummary> summarize_checkpoint(const std::string& path);
+
+/// /state of a checkpoint (serial). \throws core::CheckpointError.
+TrainState read_train_state(const std::string& path);
+
+/// The checkpoint files listed in DIR/latest, newest first, as paths
+/// (DIR/name); empty if DIR/latest does not exist. Serial.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+/// Which checkpoint to resume from (checkpoint.resume). Collective over world.
+///   "never"        -> nullopt.
+///   "auto"         -> nullopt when DIR/latest does not exist (fresh start);
+///                     otherwise the first checkpoint listed in `latest`
+///                     (newest first) that passes verify_checkpoint(path,
+///                     world); every newer one that fails is reported (rank 0
+///                     logs a warning "checkpoint A is unusable (...); falling
+///                     back to the previous checkpoint B") and appended to
+///                     *skipped when given.
+///   <file path>    -> that file after verification (no fallback).
+///   <directory>    -> as "auto" in that directory, but a missing `latest` is an error.
+/// All ranks return the same answer (rank 0 reads `latest` and broadcasts).
+/// \throws core::CheckpointError when an explicitly named file/directory is
+///         missing or fails verification, or when `latest` exists but no
+///         listed checkpoint is usable (every reason named).
+std::optional<std::string> resolve_resume(const std::string& dir, const std::string& mode,
+                                          const comm::Communicator& world,
+                                          std::vector<std::string>* skipped = nullptr);
+
+}  // namespace wlb::io
