@@ -188,3 +188,11 @@ wlb4d_finish() {
   fi
   return "$rc"
 }
+
+# wlb4d_default_arg KEY VALUE: append --KEY=VALUE to ARGS unless an override of
+# KEY is already there (the command line must not name a key twice).
+wlb4d_default_arg() {
+  local a
+  for a in "${ARGS[@]}"; do [[ "$a" == "--$1="* ]] && return 0; done
+  ARGS+=("--$1=$2")
+}

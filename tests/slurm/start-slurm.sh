@@ -15,9 +15,9 @@
 #
 # Settings (environment):
 #   WLB4D_TEST_SLURM_DIR    private directory (default /tmp/wlb4d-slurm): etc/ spool/ log/ run/
-#   WLB4D_SLURM_CPUS   CPUs the node advertises (default 8). The machine may have
+#   WLB4D_SLURM_CPUS   CPUs the node advertises (default 16, the --ntasks-per-node of slurm/train-cpu.sbatch). The machine may have
 #                      fewer: SlurmdParameters=config_overrides makes slurmd trust
-#                      slurm.conf, so 2..8-rank jobs run oversubscribed on 2 cores
+#                      slurm.conf, so 2..16-rank jobs run oversubscribed on 2 cores
 #                      (TaskPlugin=task/none: no binding to CPUs that do not exist).
 #   WLB4D_SLURM_PORT   slurmctld port (default 6817; slurmd uses PORT+1)
 #
@@ -30,7 +30,7 @@
 set -euo pipefail
 
 DIR=${WLB4D_TEST_SLURM_DIR:-/tmp/wlb4d-slurm}
-CPUS=${WLB4D_SLURM_CPUS:-8}
+CPUS=${WLB4D_SLURM_CPUS:-16}
 PORT=${WLB4D_SLURM_PORT:-6817}
 CONF=$DIR/etc/slurm.conf
 export SLURM_CONF=$CONF

@@ -107,6 +107,9 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(double, model, rope_theta, "RoPE base frequency (dimensionless)", positive()),
       WLB_KEY(double, model, norm_eps, "RMSNorm epsilon (dimensionless)", positive()),
       WLB_KEY(double, model, init_std, "std of the normal init of weight matrices", positive()),
+      WLB_KEY(int, model, vocab_size,
+              "embedding/LM-head rows (tokens); 0: the dataset's vocabulary, else padded size >= it",
+              at_least(0)),
       // [parallel]
       WLB_KEY(int, parallel, dp, "data-parallel replicas (ranks)", at_least(1)),
       WLB_KEY(int, parallel, pp, "pipeline stages (ranks)", at_least(1)),

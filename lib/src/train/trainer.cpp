@@ -16,7 +16,9 @@
 #include <Kokkos_Core.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <sys/resource.h>
 #include <cmath>
 #include <optional>
 
@@ -77,9 +79,16 @@ struct Trainer::Impl {
         source(stream) {
     if (!c.data.val.empty()) val_ds.emplace(data::TokenDataset::open(c.data.val));
     vocab = train_ds.vocab_size();
-    if (val_ds && val_ds->vocab_size() != vocab)
+    if (c.model.vocab_size > 0) {
+      if (c.model.vocab_size < vocab)
+        throw core::ConfigError("model.vocab_size=" + std::to_string(c.model.vocab_size) +
+                                " must be 0 or >= the vocabulary of data.train='" + c.data.train + "' (" +
+                                std::to_string(vocab) + ")");
+      vocab = c.model.vocab_size;  // padded rows are never targets; they only cost FLOPs
+    }
+    if (val_ds && val_ds->vocab_size() != train_ds.vocab_size())
       throw core::DataError("data.val='" + c.data.val + "' has vocab_size " + std::to_string(val_ds->vocab_size()) +
-                            " but data.train='" + c.data.train + "' has " + std::to_string(vocab));
+                            " but data.train='" + c.data.train + "' has " + std::to_string(train_ds.vocab_size()));
     if (c.balance.calibrate) {
       const auto cal = calibrate_cost_model(c.model, std::max<std::int64_t>(c.train.max_seq_len, c.balance.max_tokens),
                                             g.world());
@@ -319,6 +328,15 @@ StepResult Trainer::run() {
       window_tokens = window_s = window_flops = 0;
     }
   }
+  // Run summary: peak resident memory per rank (getrusage, KiB on Linux).
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mib = double(ru.ru_maxrss) / 1024.0;
+  const double rss_max = g.world().allreduce_value(rss_mib, comm::ReduceOp::Max);
+  const double rss_min = g.world().allreduce_value(rss_mib, comm::ReduceOp::Min);
+  if (g.rank() == 0 && I.cfg.train.steps > 0)
+    spdlog::info("done: {} steps | peak memory per rank {:.0f}-{:.0f} MiB | final loss {:.4f}{}", I.step, rss_min,
+                 rss_max, last.loss, last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "");
   return last;
 }
 

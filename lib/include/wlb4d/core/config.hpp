@@ -25,6 +25,7 @@ struct ModelConfig {
   double rope_theta = 10000;  ///< RoPE base
   double norm_eps = 1e-5;     ///< RMSNorm epsilon
   double init_std = 0.02;     ///< std of the normal init of matrices
+  int vocab_size = 0;         ///< 0: the dataset's; else padded size >= the dataset's (e.g. 50304)
   int head_dim() const { return d_model / heads; }
 };
 

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# End-to-end training throughput (issue [G]): runs the benchmark decks on 1 and
+# 2 ranks and prints one table (and writes a CSV) with tokens/s, achieved model
+# GFLOP/s, share of the SGEMM peak measured in the same run, time by category
+# and peak memory per rank.
+#
+#   scripts/bench.sh                      # quickstart + gpt2-small decks, all layouts
+#   DECKS="inputs/bench-quickstart.ini" LAYOUTS="1 dp2" scripts/bench.sh
+#   OPENBLAS_MODE=native scripts/bench.sh # unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this run
+#
+# Model FLOPs per step (lib/include/wlb4d/model/transformer.hpp):
+#   6 * N_mm * tokens + 12 * layers * heads * head_dim * pairs,
+#   N_mm = parameters used in matmuls (LM head included, embedding lookup excluded),
+#   pairs = sum over documents of d(d+1)/2 (attention query/key pairs under the mask).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+BIN=$BUILD_DIR/app
+OUT=${OUT:-runs/bench}
+DECKS=${DECKS:-"inputs/bench-quickstart.ini inputs/bench-gpt2-small.ini"}
+LAYOUTS=${LAYOUTS:-"1 dp2 tp2 pp2"}
+if [ "${OPENBLAS_MODE:-env}" = native ]; then unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; fi
+export OMP_NUM_THREADS=1 KOKKOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mkdir -p "$OUT/data"
+[ -x "$BIN/wlb4d" ] || { echo "bench: build first (scripts/build.sh)"; exit 1; }
+if [ ! -f "$OUT/data/sotu-train.h5" ]; then
+  "$BIN/wlb4d-prep" --input inputs/corpus/sotu-embedded.jsonl.xz --output "$OUT/data/sotu-train.h5" >/dev/null
+fi
+
+# SGEMM peak of this machine, one core, measured now (best of the model shapes).
+PEAK=$("$BUILD_DIR/bench/gemm_bench" --benchmark_format=csv 2>/dev/null |
+       /usr/bin/env python3 -c '
+import csv, sys
+rows = [r for r in csv.reader(sys.stdin) if r and r[0].startswith("BM_sgemm")]
+print(max(float(r[-1]) for r in rows) / 1e9 if rows else 0)' ) || PEAK=0
+echo "bench: SGEMM peak (1 core, KokkosBlas::gemm -> BLAS, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}): ${PEAK} GFLOP/s"
+
+RESULTS="$OUT/results.csv"
+echo "deck,layout,ranks,tokens_per_s,gflops,peak_share,step_ms,forward_ms,backward_ms,p2p_ms,cp_ms,dp_ms,optim_ms,peak_mib,sgemm_peak" > "$RESULTS"
+for deck in $DECKS; do
+  for lay in $LAYOUTS; do
+    case $lay in
+      1)   n=1; ov="" ;;
+      dp2) n=2; ov="--parallel.dp=2" ;;
+      tp2) n=2; ov="--parallel.tp=2" ;;
+      pp2) n=2; ov="--parallel.pp=2 --train.micro_batches=8" ;;
+      *)   echo "bench: unknown layout $lay"; exit 1 ;;
+    esac
+    name=$(basename "$deck" .ini)-$lay
+    csvf="$OUT/$name.csv"; rm -f "$csvf"
+    log="$OUT/$name.log"
+    if ! mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
+      echo "bench: $name failed (see $log)"; continue
+    fi
+    /usr/bin/env python3 - "$csvf" "$log" "$deck" "$lay" "$n" "$PEAK" >> "$RESULTS" <<'PY'
+import csv, re, statistics, sys
+f, log, deck, lay, n, peak = sys.argv[1:]
+rows = list(csv.DictReader(open(f)))
+steps = sorted({int(r["step"]) for r in rows})
+keep = [s for s in steps if s >= 1] or steps          # step 0 warms up caches and BLAS
+by = lambda s: [r for r in rows if int(r["step"]) == s]
+tot = [max(float(r["t_total"]) for r in by(s)) for s in keep]
+med = statistics.median(tot)
+tokens = float(by(keep[0])[0]["tokens"])
+gfl = statistics.median(float(by(s)[0]["gflops"]) for s in keep)
+def cat(c): return 1e3 * statistics.mean(float(r["t_" + c]) for s in keep for r in by(s))
+m = re.search(r"peak memory per rank (\d+)-(\d+) MiB", open(log).read())
+mem = m.group(2) if m else ""
+share = gfl / (float(peak) * int(n)) if float(peak) > 0 else 0
+print(f"{deck.split('/')[-1][:-4]},{lay},{n},{tokens/med:.0f},{gfl:.2f},{share:.3f},{med*1e3:.0f},"
+      f"{cat('forward'):.0f},{cat('backward'):.0f},{cat('p2p_wait'):.0f},{cat('cp_comm'):.0f},"
+      f"{cat('dp_reduce'):.0f},{cat('optimizer'):.0f},{mem},{float(peak):.1f}")
+PY
+  done
+done
+echo
+column -s, -t < "$RESULTS"
+echo "bench: CSV in $RESULTS (share = achieved model GFLOP/s / (ranks x 1-core SGEMM peak))"

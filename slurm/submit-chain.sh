@@ -1,0 +1,41 @@
+#!/bin/bash
+# Submit N jobs that continue one training run: job k+1 starts when job k ends
+# for any reason (--dependency=afterany: time limit, SIGUSR1 checkpoint, node
+# failure), and every job resumes from the newest checkpoint
+# (--checkpoint.resume=auto is added unless given). A job that finds the run
+# complete (newest checkpoint at train.steps) exits at once.
+#
+#   slurm/submit-chain.sh N DECK [--section.key=value ...]
+#   SCRIPT=slurm/train-cpu.sbatch SBATCH_ARGS="-N 4 --time=04:00:00" slurm/submit-chain.sh 6 inputs/quickstart.ini
+#   AFTER=12345 slurm/submit-chain.sh 2 DECK      # append to an existing chain
+#
+# Environment: SCRIPT (default slurm/train-gpu.sbatch next to this file),
+# SBATCH_ARGS (word-split, before the script), AFTER (job id the first job waits
+# for). The template variables (WLB4D_BIN, RUN_DIR, LAUNCHER, ...) are passed
+# through the environment (sbatch exports it). Prints the job ids, one per line.
+# The chain needs checkpoint.every (or every_minutes) > 0 and a checkpoint.dir
+# shared by the jobs (the same working directory: run from the same place).
+set -euo pipefail
+usage() { echo "usage: $0 N DECK [--section.key=value ...]" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+N=$1 DECK=$2
+shift 2
+[[ "$N" =~ ^[1-9][0-9]*$ ]] || usage
+[ -r "$DECK" ] || { echo "submit-chain: deck '$DECK' not readable" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+SCRIPT=${SCRIPT:-$here/train-gpu.sbatch}
+args=("$@")
+have_resume=0
+for a in "${args[@]}"; do [[ "$a" == --checkpoint.resume=* ]] && have_resume=1; done
+[ $have_resume = 1 ] || args+=(--checkpoint.resume=auto)
+prev=${AFTER:-}
+for ((k = 1; k <= N; k++)); do
+  dep=()
+  [ -n "$prev" ] && dep=(--dependency=afterany:"$prev")
+  # shellcheck disable=SC2086
+  jid=$(sbatch --parsable ${SBATCH_ARGS:-} "${dep[@]}" "$SCRIPT" "$DECK" "${args[@]}")
+  jid=${jid%%;*}
+  echo "$jid"
+  echo "submit-chain: job $k/$N = $jid${prev:+ (after $prev)}" >&2
+  prev=$jid
+done

@@ -1,0 +1,364 @@
+// Checkpoint writer/reader on one rank: round trip, damage of every kind
+// (checksum, truncation, missing dataset, not HDF5), deck mismatch messages,
+// resume=auto|never|<path> with fallback, keep-N retention, atomicity, the
+// writers' coverage rule, and the fixtures the wlb4d-ckpt / plot_timing.py
+// tests read (ckpt_fixture/, timing_fixture.h5).
+#include "ckpt_test_util.hpp"
+
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/io/timing_log.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace wlb;
+using namespace ckpt_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct OneRank {
+  grid::ProcessGrid g{1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF};
+  RankModel rm;
+  std::unique_ptr<io::ModelCheckpointState> st;
+  OneRank(const core::ModelConfig& cfg, std::uint64_t seed, bool moments, int vstages = 1) {
+    rm = make_rank_model(cfg, kVocab, g, vstages, seed, moments);
+    st = std::make_unique<io::ModelCheckpointState>(g, rm.ptrs(), rm.m, rm.v);
+    st->pull();
+  }
+};
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = "unit_ckpt/" + name;
+  fs::remove_all(d);
+  return d;
+}
+
+std::string save(const std::string& dir, std::int64_t step, int keep = 3) {
+  OneRank w(model_config(), kSeed, true);
+  core::CheckpointConfig cc;
+  cc.dir = dir;
+  cc.keep = keep;
+  return io::save_checkpoint(cc, w.g, w.st->tensors(), sample_state(step), sample_info(model_config(), kVocab));
+}
+
+/// Loads into a fresh 1-rank model (different seed); returns the error text, "" if none.
+std::string load_error(const std::string& path, const core::ModelConfig& cfg = model_config()) {
+  OneRank r(cfg, kSeed + 1, false);
+  try {
+    io::load_checkpoint(path, r.g, r.st->tensors(), cfg, kVocab);
+  } catch (const core::CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string read_text(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(Checkpoint, RoundTripRestoresValuesMomentsAndState) {
+  const std::string dir = fresh_dir("roundtrip");
+  const std::string path = save(dir, 42);
+  EXPECT_EQ(path, dir + "/step_000042.h5");
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(read_text(dir + "/latest"), "step_000042.h5\n");
+  // Read with two chunks on one rank (interleaved-style split) from a 1-chunk write.
+  for (int vst : {1, 2}) {
+    OneRank r(model_config(), kSeed + 1, false, vst);
+    const auto loaded = io::load_checkpoint(path, r.g, r.st->tensors(), model_config(), kVocab);
+    r.st->push();
+    Registry full(model_config(), kVocab, model::ModelShard{});
+    full.init_parameters(kSeed);
+    std::int64_t checked = 0;
+    EXPECT_EQ(mismatches(r.rm, full, &checked), 0);
+    EXPECT_EQ(checked, 3 * full.local_numel());
+    EXPECT_EQ(loaded.state, sample_state(42));
+    EXPECT_EQ(loaded.info.step, 42);
+    EXPECT_EQ(loaded.info.tokens_seen, sample_state(42).tokens_seen);
+    EXPECT_EQ(loaded.info.deck, sample_info(model_config(), kVocab).deck);
+    EXPECT_EQ(loaded.info.vocab, kVocab);
+    EXPECT_EQ(loaded.info.model.ffn_hidden, 42);
+    // The parsed deck is the deck that was stored.
+    EXPECT_EQ(core::parse_deck_text(loaded.info.deck).model.layers, model_config().layers);
+  }
+  // The tensor list is the registry's fixed order.
+  Registry full(model_config(), kVocab, model::ModelShard{});
+  const auto info = io::read_checkpoint_info(path);
+  ASSERT_EQ(info.tensors.size(), full.size());
+  for (std::size_t i = 0; i < full.size(); ++i) EXPECT_EQ(info.tensors[i], full[i].name);
+}
+
+TEST(Checkpoint, SummaryNormsMatchAnIndependentComputation) {
+  const std::string path = save(fresh_dir("summary"), 5);
+  Registry full(model_config(), kVocab, model::ModelShard{});
+  full.init_parameters(kSeed);
+  const auto sums = io::summarize_checkpoint(path);
+  ASSERT_EQ(sums.size(), 3 * full.size());
+  auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), full.values());
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    const auto& p = full[i];
+    double sv = 0, sm = 0, svv = 0;
+    for (std::int64_t k = 0; k < p.global_numel(); ++k) {
+      const double x = h(p.offset + std::size_t(k)), m = expected_m(p.name, k), v = expected_v(p.name, k);
+      sv += x * x;
+      sm += m * m;
+      svv += v * v;
+    }
+    EXPECT_EQ(sums[i].dataset, "/model/" + p.name);
+    EXPECT_EQ(sums[i].shape, p.global_shape);
+    EXPECT_NEAR(sums[i].l2, std::sqrt(sv), 1e-9 * std::max(1.0, std::sqrt(sv)));
+    EXPECT_EQ(sums[full.size() + i].dataset, "/optim/m/" + p.name);
+    EXPECT_NEAR(sums[full.size() + i].l2, std::sqrt(sm), 1e-9);
+    EXPECT_NEAR(sums[2 * full.size() + i].l2, std::sqrt(svv), 1e-9);
+  }
+}
+
+TEST(Checkpoint, FlippedChunkByteNamesTheDataset) {
+  const std::string path = save(fresh_dir("flip"), 7);
+  flip_chunk_byte(path, "/model/layers.1.attn.wq");
+  const std::string err = load_error(path);
+  EXPECT_TRUE(contains(err, "checkpoint " + path)) << err;
+  EXPECT_TRUE(contains(err, "/model/layers.1.attn.wq")) << err;
+  EXPECT_TRUE(contains(err, "Fletcher32")) << err;
+  try {
+    io::verify_checkpoint(path);
+    ADD_FAILURE() << "verify passed a corrupt file";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "/model/layers.1.attn.wq")) << e.what();
+  }
+  EXPECT_THROW(io::summarize_checkpoint(path), core::CheckpointError);
+}
+
+TEST(Checkpoint, TruncatedFileIsReported) {
+  const std::string path = save(fresh_dir("trunc"), 7);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  const std::string err = load_error(path);
+  EXPECT_TRUE(contains(err, "checkpoint " + path)) << err;
+  EXPECT_TRUE(contains(err, "truncated")) << err;
+  EXPECT_THROW(io::verify_checkpoint(path), core::CheckpointError);
+}
+
+TEST(Checkpoint, MissingDatasetIsNamed) {
+  const std::string path = save(fresh_dir("missing"), 7);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(H5Ldelete(f, "/optim/m/layers.3.mlp.w_up", H5P_DEFAULT), 0);
+  H5Fclose(f);
+  const std::string err = load_error(path);
+  EXPECT_TRUE(contains(err, "missing dataset /optim/m/layers.3.mlp.w_up")) << err;
+  try {
+    io::verify_checkpoint(path);
+    ADD_FAILURE() << "verify passed a file with a missing dataset";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "missing dataset /optim/m/layers.3.mlp.w_up")) << e.what();
+  }
+}
+
+TEST(Checkpoint, NotHdf5AndMissingFileAreReported) {
+  const std::string dir = fresh_dir("nothdf5");
+  fs::create_directories(dir);
+  const std::string junk = dir + "/step_000001.h5";
+  std::ofstream(junk) << "this is not an HDF5 file\n";
+  EXPECT_TRUE(contains(load_error(junk), "not an HDF5 file")) << load_error(junk);
+  EXPECT_TRUE(contains(load_error(dir + "/nope.h5"), "no such file"));
+}
+
+TEST(Checkpoint, DeckShapeMismatchNamesBothShapes) {
+  const std::string path = save(fresh_dir("shape"), 7);
+  auto bigger = model_config();
+  bigger.d_model = 64;
+  bigger.heads = 16;
+  bigger.kv_heads = 8;  // head_dim 4 as before; every matrix changes shape
+  const std::string err = load_error(path, bigger);
+  EXPECT_TRUE(contains(err, "checkpoint " + path + ": /model/embed.weight has shape [97][32] but the deck's "
+                                                   "model needs [97][64]"))
+      << err;
+  EXPECT_TRUE(contains(err, "d_model=32")) << err;
+  EXPECT_TRUE(contains(err, "d_model=64")) << err;
+  // More layers: the first tensor the checkpoint lacks is named.
+  auto deeper = model_config();
+  deeper.layers = 6;
+  const std::string err2 = load_error(path, deeper);
+  EXPECT_TRUE(contains(err2, "has no /model/layers.5.attn_norm.weight")) << err2;
+  // Same shapes, other head split: caught by the model attributes.
+  auto heads = model_config();
+  heads.heads = 4;
+  heads.kv_heads = 2;  // head_dim 8: wq [32][32], wk [16][32] as before
+  const std::string err3 = load_error(path, heads);
+  EXPECT_TRUE(contains(err3, "was written for another model")) << err3;
+  EXPECT_TRUE(contains(err3, "heads=8")) << err3;
+  EXPECT_TRUE(contains(err3, "heads=4")) << err3;
+}
+
+TEST(Checkpoint, ResumeModes) {
+  const auto self = comm::Communicator::self();
+  const std::string dir = fresh_dir("resume");
+  EXPECT_FALSE(io::resolve_resume(dir, "never", self).has_value());
+  EXPECT_FALSE(io::resolve_resume(dir, "auto", self).has_value());  // no directory yet: fresh start
+  const std::string p1 = save(dir, 1), p2 = save(dir, 2);
+  EXPECT_EQ(io::resolve_resume(dir, "auto", self).value(), p2);
+  EXPECT_EQ(io::resolve_resume("elsewhere", p1, self).value(), p1);     // explicit file
+  EXPECT_EQ(io::resolve_resume("elsewhere", dir, self).value(), p2);    // explicit directory
+  EXPECT_FALSE(io::resolve_resume(dir, "never", self).has_value());
+  try {
+    io::resolve_resume(dir, dir + "/step_000099.h5", self);
+    ADD_FAILURE() << "a missing explicit checkpoint was accepted";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "step_000099.h5")) << e.what();
+  }
+  EXPECT_THROW(io::resolve_resume(dir, fresh_dir("empty_explicit"), self), core::CheckpointError);
+}
+
+TEST(Checkpoint, AutoFallsBackToThePreviousCheckpointWhenTheNewestIsCorrupt) {
+  const auto self = comm::Communicator::self();
+  const std::string dir = fresh_dir("fallback");
+  const std::string p10 = save(dir, 10), p20 = save(dir, 20);
+  flip_chunk_byte(p20, "/optim/m/layers.0.attn.wk");
+  std::vector<std::string> skipped;
+  EXPECT_EQ(io::resolve_resume(dir, "auto", self, &skipped).value(), p10);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_TRUE(contains(skipped[0], p20)) << skipped[0];
+  EXPECT_TRUE(contains(skipped[0], "/optim/m/layers.0.attn.wk")) << skipped[0];
+  // Explicitly named: no fallback.
+  EXPECT_THROW(io::resolve_resume(dir, p20, self), core::CheckpointError);
+  // All listed checkpoints damaged: an error naming each.
+  fs::resize_file(p10, 100);
+  try {
+    io::resolve_resume(dir, "auto", self);
+    ADD_FAILURE() << "no usable checkpoint, but resolve_resume chose one";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "no usable checkpoint")) << e.what();
+    EXPECT_TRUE(contains(e.what(), p10)) << e.what();
+    EXPECT_TRUE(contains(e.what(), p20)) << e.what();
+  }
+}
+
+TEST(Checkpoint, KeepsTheNewestN) {
+  const std::string dir = fresh_dir("keep");
+  for (int s = 1; s <= 5; ++s) save(dir, s, /*keep=*/2);
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"latest", "step_000004.h5", "step_000005.h5"}));
+  EXPECT_EQ(read_text(dir + "/latest"), "step_000005.h5\nstep_000004.h5\n");
+  EXPECT_EQ(io::list_checkpoints(dir), (std::vector<std::string>{dir + "/step_000005.h5", dir + "/step_000004.h5"}));
+  // An older unlisted step file found in the directory is deleted too.
+  fs::copy_file(dir + "/step_000004.h5", dir + "/step_000002.h5");
+  save(dir, 6, 2);
+  EXPECT_FALSE(fs::exists(dir + "/step_000002.h5"));
+  EXPECT_FALSE(fs::exists(dir + "/step_000004.h5"));
+  EXPECT_TRUE(fs::exists(dir + "/step_000005.h5"));
+}
+
+TEST(Checkpoint, LeftoverTmpIsNeverResumedAndIsCleanedUp) {
+  const auto self = comm::Communicator::self();
+  const std::string dir = fresh_dir("atomic");
+  const std::string p20 = save(dir, 20);
+  // A crash after writing step 30's data but before the rename: even a
+  // complete-looking .tmp is not a checkpoint.
+  fs::copy_file(p20, dir + "/step_000030.h5.tmp");
+  EXPECT_EQ(io::resolve_resume(dir, "auto", self).value(), p20);
+  save(dir, 25);
+  EXPECT_FALSE(fs::exists(dir + "/step_000030.h5.tmp"));
+  EXPECT_EQ(io::resolve_resume(dir, "auto", self).value(), dir + "/step_000025.h5");
+}
+
+TEST(Checkpoint, WritersMustCoverEveryElementOnce) {
+  OneRank w(model_config(), kSeed, true);
+  core::CheckpointConfig cc;
+  cc.dir = fresh_dir("coverage");
+  auto tensors = w.st->tensors();
+  tensors[3].writer = false;  // nobody writes layers.0.attn.wq
+  try {
+    io::save_checkpoint(cc, w.g, tensors, sample_state(1), sample_info(model_config(), kVocab));
+    ADD_FAILURE() << "an unwritten tensor was accepted";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "writers cover 0 elements of layers.0.attn.wq")) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(cc.dir + "/latest"));
+  EXPECT_EQ(tensors[3].name, "layers.0.attn.wq");
+}
+
+TEST(Checkpoint, LargeChunksAreCutTo64MiB) {
+  // A [17000][1024] float tensor (66.4 MiB) written as one replicated tensor:
+  // its chunk must be cut along dimension 0 to <= 64 MiB (m and v share the buffer).
+  grid::ProcessGrid g(1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF);
+  std::vector<float> val(17000 * 1024, 0.5f);
+  io::TensorRef t;
+  t.name = "big";
+  t.global_shape = {17000, 1024};
+  t.held = t.writer = true;
+  t.start = {0, 0};
+  t.count = t.global_shape;
+  t.value = val.data();
+  t.m = val.data();
+  t.v = val.data();
+  core::CheckpointConfig cc;
+  cc.dir = fresh_dir("bigchunk");
+  const auto path = io::save_checkpoint(cc, g, {t}, sample_state(1), sample_info(model_config(), kVocab));
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, "/model/big", H5P_DEFAULT);
+  hid_t dcpl = H5Dget_create_plist(ds);
+  hsize_t chunk[2] = {0, 0};
+  ASSERT_EQ(H5Pget_chunk(dcpl, 2, chunk), 2);
+  EXPECT_EQ(chunk[1], 1024u);
+  EXPECT_LE(chunk[0] * chunk[1] * 4, hsize_t(64) << 20);
+  EXPECT_EQ(chunk[0], 8500u);  // two equal parts
+  H5Pclose(dcpl);
+  H5Dclose(ds);
+  H5Fclose(f);
+  io::verify_checkpoint(path);
+  const auto sums = io::summarize_checkpoint(path);
+  EXPECT_NEAR(sums[0].l2, std::sqrt(17000.0 * 1024 * 0.25), 1e-6);
+  fs::remove_all(cc.dir);
+}
+
+// Fixtures for the app tests of this folder (FIXTURES_SETUP ckpt_files).
+TEST(Checkpoint, WritesFixturesForToolTests) {
+  fs::remove_all("ckpt_fixture");
+  const std::string good = save("ckpt_fixture", 7);
+  fs::copy_file(good, "ckpt_fixture/corrupt.h5");
+  flip_chunk_byte("ckpt_fixture/corrupt.h5", "/optim/v/layers.2.mlp.w_down");
+
+  // A timing log with known numbers: 2 ranks (pp=2), 4 steps. Rank r of
+  // step s: total = 0.5 + 0.1·s (median over steps of the max over ranks:
+  // 0.65 s), p2p_wait = 0.05·(r+1), forward = 0.2, backward = 0.2, 1000
+  // tokens per step, gflops 2.0, loss 5 - s, val_loss at step 3 only.
+  fs::remove("timing_fixture.h5");
+  io::RestartRecord rr;
+  rr.pp = 2;
+  io::TimingLog log("timing_fixture.h5", "", comm::Communicator::self(), rr);
+  for (int s = 0; s < 4; ++s)
+    for (int r = 0; r < 2; ++r) {
+      io::TimingRecord rec;
+      rec.step = s;
+      rec.rank = r;
+      rec.pp = r;
+      rec.time[io::kForward] = 0.2;
+      rec.time[io::kBackward] = 0.2;
+      rec.time[io::kP2PWait] = 0.05 * (r + 1);
+      rec.time[io::kTotal] = 0.5 + 0.1 * s;
+      rec.loss = 5.0 - s;
+      rec.val_loss = s == 3 ? 1.5 : -1;
+      rec.tokens = 1000;
+      rec.local_tokens = 500;
+      rec.gflops = 2.0;
+      rec.attn_imbalance = 1.0 + 0.1 * s;
+      rec.latency_imbalance = 1.2;
+      rec.cp_imbalance = 1.0;
+      log.append(rec);
+    }
+}
