@@ -9,7 +9,7 @@ PKGS=(
   libboost-program-options-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libbenchmark-dev
-  python3-h5py python3-matplotlib python3-numpy
+  python3-h5py python3-matplotlib python3-numpy python3-yaml
   xz-utils
 )
 missing=()

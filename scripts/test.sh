@@ -7,5 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
+# One-node Slurm for the `slurm` ctest label (those tests skip if it cannot start).
+if [ "${WLB4D_START_SLURM:-1}" = 1 ]; then
+  tests/slurm/start-slurm.sh || echo "slurm: not started, slurm tests will skip"
+fi
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure -LE gpu -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}

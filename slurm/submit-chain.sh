@@ -2,8 +2,9 @@
 # Submit N jobs that continue one training run: job k+1 starts when job k ends
 # for any reason (--dependency=afterany: time limit, SIGUSR1 checkpoint, node
 # failure), and every job resumes from the newest checkpoint
-# (--checkpoint.resume=auto is added unless given). A job that finds the run
-# complete (newest checkpoint at train.steps) exits at once.
+# (--checkpoint.resume=auto and --checkpoint.at_end=true are added unless
+# given). A job that finds the run complete (newest checkpoint at
+# train.steps) exits at once.
 #
 #   slurm/submit-chain.sh N DECK [--section.key=value ...]
 #   SCRIPT=slurm/train-cpu.sbatch SBATCH_ARGS="-N 4 --time=04:00:00" slurm/submit-chain.sh 6 inputs/quickstart.ini
@@ -25,9 +26,14 @@ shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 SCRIPT=${SCRIPT:-$here/train-gpu.sbatch}
 args=("$@")
-have_resume=0
-for a in "${args[@]}"; do [[ "$a" == --checkpoint.resume=* ]] && have_resume=1; done
+have_resume=0 have_end=0
+for a in "${args[@]}"; do
+  [[ "$a" == --checkpoint.resume=* ]] && have_resume=1
+  [[ "$a" == --checkpoint.at_end=* ]] && have_end=1
+done
 [ $have_resume = 1 ] || args+=(--checkpoint.resume=auto)
+# a finished run leaves a checkpoint at train.steps, so the rest of the chain exits at once
+[ $have_end = 1 ] || args+=(--checkpoint.at_end=true)
 prev=${AFTER:-}
 for ((k = 1; k <= N; k++)); do
   dep=()

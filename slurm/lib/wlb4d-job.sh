@@ -98,6 +98,7 @@ wlb4d_check_layout() {
       wlb4d_die "the deck does not resolve: $WLB4D_BIN $DECK ${ARGS[*]} --print-config"
     fi
   fi
+  [ -s "$RUN_DIR/config.err" ] || rm -f "$RUN_DIR/config.err"
   local dp pp cp tp need have
   dp=$(wlb4d_key parallel dp) pp=$(wlb4d_key parallel pp) cp=$(wlb4d_key parallel cp) tp=$(wlb4d_key parallel tp)
   [ -n "$dp" ] && [ -n "$pp" ] && [ -n "$cp" ] && [ -n "$tp" ] ||
@@ -168,6 +169,9 @@ wlb4d_launch() {
 # stopped early with status 0 (SIGUSR1/SIGTERM before the time limit: the
 # trainer wrote a checkpoint and exited 0) requeues this job, which then
 # resumes with checkpoint.resume=auto; MAX_REQUEUE (default 20) bounds the loop.
+# "Incomplete" = the newest checkpoint is before train.steps, so this needs
+# checkpoint.at_end=true (the default). Slurm makes a requeued job eligible
+# again after about 2 minutes (its requeue delay).
 wlb4d_finish() {
   local rc=$1 step steps
   step=$(wlb4d_latest_step)
@@ -177,6 +181,9 @@ wlb4d_finish() {
     local n=${SLURM_RESTART_COUNT:-0}
     if [ "$(wlb4d_key checkpoint resume)" != auto ]; then
       wlb4d_log "REQUEUE=1 ignored: checkpoint.resume is not auto"
+    elif [ "$(wlb4d_key checkpoint at_end)" != true ]; then
+      # without a checkpoint at the end, a finished run looks unfinished: never requeue then
+      wlb4d_log "REQUEUE=1 ignored: needs checkpoint.at_end=true (a finished run must leave its last checkpoint)"
     elif [ -z "$step" ]; then
       wlb4d_log "REQUEUE=1 ignored: no checkpoint to resume from"
     elif [ "$n" -ge "${MAX_REQUEUE:-20}" ]; then

@@ -14,10 +14,11 @@
 # Slurm do `tests/slurm/start-slurm.sh || echo "slurm tests will skip"`.
 #
 # Settings (environment):
-#   WLB4D_TEST_SLURM_DIR    private directory (default /tmp/wlb4d-slurm): etc/ spool/ log/ run/
-#   WLB4D_SLURM_CPUS   CPUs the node advertises (default 16, the --ntasks-per-node of slurm/train-cpu.sbatch). The machine may have
-#                      fewer: SlurmdParameters=config_overrides makes slurmd trust
-#                      slurm.conf, so 2..16-rank jobs run oversubscribed on 2 cores
+#   WLB4D_TEST_SLURM_DIR  private directory (default /tmp/wlb4d-slurm): etc/ spool/ log/ run/
+#   WLB4D_SLURM_CPUS   CPUs the node advertises (default 16 = the --ntasks-per-node of
+#                      slurm/train-cpu.sbatch). The machine may have fewer:
+#                      SlurmdParameters=config_overrides makes slurmd trust slurm.conf,
+#                      so 2..16-rank jobs run oversubscribed on 2 cores
 #                      (TaskPlugin=task/none: no binding to CPUs that do not exist).
 #   WLB4D_SLURM_PORT   slurmctld port (default 6817; slurmd uses PORT+1)
 #

@@ -135,14 +135,15 @@ bool link_exists(hid_t loc, const std::string& name) {
   }
 }
 
+/// Variable-length UTF-8 string attribute (h5py reads it as str; no size limit).
 void write_attr_string(hid_t loc, const char* name, const std::string& value) {
   H type(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type.get(), value.size() + 1);
-  H5Tset_strpad(type.get(), H5T_STR_NULLTERM);
+  H5Tset_size(type.get(), H5T_VARIABLE);
   H5Tset_cset(type.get(), H5T_CSET_UTF8);
   H space(H5Screate(H5S_SCALAR));
   H attr(H5Acreate2(loc, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!attr.ok() || H5Awrite(attr.get(), type.get(), value.c_str()) < 0)
+  const char* p = value.c_str();
+  if (!attr.ok() || H5Awrite(attr.get(), type.get(), &p) < 0)
     throw CheckpointError(std::string("cannot write attribute ") + name + h5_reason());
 }
 
@@ -165,6 +166,7 @@ std::string read_attr_string(hid_t loc, const char* name, const std::string& pat
   if (H5Tis_variable_str(ftype.get()) > 0) {
     H mt(H5Tcopy(H5T_C_S1));
     H5Tset_size(mt.get(), H5T_VARIABLE);
+    H5Tset_cset(mt.get(), H5Tget_cset(ftype.get()));
     char* s = nullptr;
     need_ok(H5Aread(attr.get(), mt.get(), &s), path, std::string("cannot read attribute '") + name + "'");
     std::string out = s ? s : "";
@@ -174,7 +176,7 @@ std::string read_attr_string(hid_t loc, const char* name, const std::string& pat
   }
   const std::size_t n = H5Tget_size(ftype.get());
   std::string buf(n + 1, '\0');
-  H mt(H5Tcopy(H5T_C_S1));
+  H mt(H5Tcopy(ftype.get()));  // same character set as stored
   H5Tset_size(mt.get(), n + 1);
   H5Tset_strpad(mt.get(), H5T_STR_NULLTERM);
   need_ok(H5Aread(attr.get(), mt.get(), buf.data()), path, std::string("cannot read attribute '") + name + "'");
@@ -663,7 +665,6 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   H5Pset_fapl_mpio(fapl.get(), w.mpi(), MPI_INFO_NULL);
   H5Pset_all_coll_metadata_ops(fapl.get(), 1);
   H5Pset_coll_metadata_write(fapl.get(), 1);
-  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);  // dense storage for large attributes
   H dxpl(H5Pcreate(H5P_DATASET_XFER));
   H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
   H file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));

@@ -158,9 +158,12 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
   if (slot < 0 || slot >= slots())
     throw std::invalid_argument("wlb::model::Transformer::forward: slot " + std::to_string(slot) + " of " +
                                 std::to_string(slots()));
-  if (T < 1 || T > cap_)
+  // T = 0 is legal: a context-parallel rank whose shard of a short
+  // micro-batch is empty still takes part in every K/V exchange and TP
+  // collective of the layer (every layer kernel is a no-op for T = 0).
+  if (T < 0 || T > cap_)
     throw std::invalid_argument("wlb::model::Transformer::forward: micro-batch of " + std::to_string(T) +
-                                " tokens; capacity is 1.." + std::to_string(cap_));
+                                " tokens; capacity is 0.." + std::to_string(cap_));
   if (slot_tokens_[slot] >= 0)
     throw std::logic_error("wlb::model::Transformer::forward: slot " + std::to_string(slot) +
                            " still holds a forward whose backward has not run");

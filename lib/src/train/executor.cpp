@@ -207,7 +207,12 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
   const int m = int(L.count);
   if (m == 0) return 0.0;
   const std::int64_t d = cfg_.model.d_model;
-  const auto kind = pipeline::parse_schedule_kind(cfg_.parallel.schedule);
+  auto kind = pipeline::parse_schedule_kind(cfg_.parallel.schedule);
+  // Evaluation rounds may hold fewer micro-batches than training (the last
+  // one), and interleaved needs m % pp == 0: run forwards breadth-first then
+  // (same looped placement; interleaved keeps one slot per micro-batch).
+  if (!backward && kind == pipeline::ScheduleKind::Interleaved && m % p != 0)
+    kind = pipeline::ScheduleKind::BreadthFirst;
   std::vector<pipeline::Action> actions = pipeline::build_schedule(kind, grid_.pp_rank(), p, m, v);
   if (!backward) {
     // A consistent projection of the global event order stays deadlock-free.
@@ -244,6 +249,10 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
         auto out = chunk.forward(slot, in, L.recv_act[vs][mb]);
         if (chunk.stage().head) loss += out.loss;
         L.out_act[vs][mb] = out.hidden;
+        // pp = 1 with virtual stages: the next chunk is on this rank and the
+        // schedule has no message for the hand-off (out.hidden stays valid
+        // until this slot's next forward, after the consumer has copied it).
+        if (p == 1 && !chunk.stage().head) L.recv_act[vs + 1][mb] = out.hidden;
         if (!backward) chunk.discard(slot);
         Kokkos::fence();
         rec.time[io::kForward] += now() - t0;
@@ -258,6 +267,7 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
           auto& buf = L.send_grad[vs][mb] = grow(L.send_grad[vs][mb], T, d, "pp_send_grad");
           Kokkos::deep_copy(Kokkos::subview(buf, std::pair<std::int64_t, std::int64_t>(0, T), Kokkos::ALL),
                             Kokkos::subview(gin, std::pair<std::int64_t, std::int64_t>(0, T), Kokkos::ALL));
+          if (p == 1) L.recv_grad[vs - 1][mb] = buf;  // local hand-off to the previous chunk
         }
         Kokkos::fence();
         rec.time[io::kBackward] += now() - t0;

@@ -100,7 +100,15 @@ struct Trainer::Impl {
     } else {
       cost = balance::CostModel::from_config(c);
     }
-    packer = balance::make_packer(c, cost);
+    // wlb with outlier_thresholds=auto tunes on a sample of document lengths:
+    // the first (up to 8192) documents of the training data, the same on every rank.
+    std::vector<std::int64_t> lengths;
+    if (c.balance.packer == "wlb" && c.balance.outlier_thresholds == "auto") {
+      std::int64_t n = train_ds.num_docs();
+      if (c.data.max_docs > 0) n = std::min(n, c.data.max_docs);
+      for (std::int64_t d = 0; d < std::min<std::int64_t>(n, 8192); ++d) lengths.push_back(train_ds.doc_length(d));
+    }
+    packer = balance::make_packer(c, cost, lengths);
     exec = std::make_unique<Executor>(c, g, vocab);
     for (auto& chunk : exec->chunks()) {
       const auto n = chunk->params().local_numel();

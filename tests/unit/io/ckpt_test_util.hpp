@@ -47,7 +47,7 @@ inline float expected_v(const std::string& name, std::int64_t g) {
   return float(1e-4 * double(1 + g % 13) + 1e-6 * double(name.size()));
 }
 
-struct Layout {
+struct GridShape {
   int dp = 1, pp = 1, cp = 1, tp = 1, vstages = 1;
   int size() const { return dp * pp * cp * tp; }
   std::string str() const {

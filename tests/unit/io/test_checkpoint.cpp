@@ -281,7 +281,9 @@ TEST(Checkpoint, WritersMustCoverEveryElementOnce) {
   core::CheckpointConfig cc;
   cc.dir = fresh_dir("coverage");
   auto tensors = w.st->tensors();
-  tensors[3].writer = false;  // nobody writes layers.0.attn.wq
+  std::size_t wq = 0;
+  while (tensors[wq].name != "layers.0.attn.wq") ++wq;
+  tensors[wq].writer = false;  // nobody writes layers.0.attn.wq
   try {
     io::save_checkpoint(cc, w.g, tensors, sample_state(1), sample_info(model_config(), kVocab));
     ADD_FAILURE() << "an unwritten tensor was accepted";
@@ -289,7 +291,6 @@ TEST(Checkpoint, WritersMustCoverEveryElementOnce) {
     EXPECT_TRUE(contains(e.what(), "writers cover 0 elements of layers.0.attn.wq")) << e.what();
   }
   EXPECT_FALSE(fs::exists(cc.dir + "/latest"));
-  EXPECT_EQ(tensors[3].name, "layers.0.attn.wq");
 }
 
 TEST(Checkpoint, LargeChunksAreCutTo64MiB) {

@@ -30,7 +30,8 @@
 ///   /state/packer          int64 [n]  balance::Packer::save_state() (carry-over,
 ///                                     outlier queues, left-overs; n may be 0)
 ///                     All /state datasets are chunked with Fletcher32 too.
-///   root attributes: format (string "wlb4d-checkpoint"), format_version (int 1),
+///   root attributes (strings are variable-length UTF-8):
+///     format (string "wlb4d-checkpoint"), format_version (int 1),
 ///     step, tokens_seen (int64, copies of /state for h5dump readers),
 ///     deck (string: the resolved deck, core::to_ini()), writer_layout
 ///     (int32[4]: dp, pp, cp, tp of the writing run; informational only),

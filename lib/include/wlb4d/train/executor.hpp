@@ -9,7 +9,13 @@
 /// tokens given by balance::shard_tokens (cp = 1: all tokens). Every rank
 /// knows every micro-batch's shape from the plan, so messages are sized
 /// without extra traffic: an activation or gradient message of micro-batch i
-/// is [T_i][d] floats, T_i = tokens of this rank's CP shard.
+/// is [T_i][d] floats, T_i = tokens of this rank's CP shard. T_i may be 0 (a
+/// micro-batch shorter than 2·cp): the rank still runs the micro-batch so it
+/// takes part in every layer's K/V exchange, and sends/receives 0 floats.
+///
+/// pp = 1 with virtual stages > 1: the chunk hand-offs are local (the
+/// schedule holds no message for them); the executor passes activations and
+/// gradients between its chunks directly.
 ///
 /// Context parallelism (DESIGN §5, WLB-LLM §5): per layer, K and V of the
 /// local tokens are all-gathered over the CP group and permuted into the
