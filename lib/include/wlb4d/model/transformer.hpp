@@ -153,7 +153,7 @@ class Transformer {
   /// \param input_hidden non-first stage: [≥T][d] hidden states from the
   ///        previous stage (copied; the caller may reuse it). First stage: ignored
   ///        (mb.token_ids is read).
-  /// \throws std::invalid_argument for a bad slot, T > max_tokens, T = 0, or
+  /// \throws std::invalid_argument for a bad slot, T > max_tokens (T = 0 is legal: an empty CP shard still joins every collective), or
   ///         missing inputs; std::logic_error if the slot's backward is pending.
   StageOutput<Scalar> forward(int slot, const MicroBatchInput& mb, const View2<Scalar>& input_hidden = {});
 
