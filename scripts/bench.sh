@@ -31,8 +31,9 @@ fi
 PEAK=$("$BUILD_DIR/bench/gemm_bench" --benchmark_format=csv 2>/dev/null |
        /usr/bin/env python3 -c '
 import csv, sys
-rows = [r for r in csv.reader(sys.stdin) if r and r[0].startswith("BM_sgemm")]
-print(max(float(r[-1]) for r in rows) / 1e9 if rows else 0)' ) || PEAK=0
+# the "GFLOPs" counter is already in GFLOP/s (gemm_bench scales by 1e-9)
+rows = [r for r in csv.reader(sys.stdin) if r and r[0].strip(chr(34)).startswith("BM_sgemm")]
+print(max(float(r[-1]) for r in rows) if rows else 0)' ) || PEAK=0
 echo "bench: SGEMM peak (1 core, KokkosBlas::gemm -> BLAS, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}): ${PEAK} GFLOP/s"
 
 RESULTS="$OUT/results.csv"
@@ -75,4 +76,34 @@ PY
 done
 echo
 column -s, -t < "$RESULTS"
+
+# Kernel benchmarks (bench/kernels_bench.cpp, bench/attention_bench.cpp), one
+# core: element-wise kernels as GB/s and share of the one-core STREAM triad,
+# attention fwd+bwd as GFLOP/s and share of the SGEMM peak. KERNELS=0 skips.
+if [ "${KERNELS:-1}" != 0 ]; then
+  for kb in kernels_bench attention_bench; do
+    [ -x "$BUILD_DIR/bench/$kb" ] || continue
+    "$BUILD_DIR/bench/$kb" --benchmark_format=csv ${kb/attention_bench/--benchmark_filter=fwd_bwd} 2>/dev/null
+  done | /usr/bin/env python3 -c '
+import csv, sys
+peak = float(sys.argv[1])
+rows = [r for r in csv.reader(sys.stdin) if r and r[0].startswith("BM_")]
+hdr = None
+out = []
+bw = 0.0
+for r in rows:
+    name, ms = r[0], float(r[2])
+    vals = [x for x in r[10:] if x != ""]
+    out.append((name, ms, vals))
+    if name.startswith("BM_stream_triad") and vals: bw = float(vals[0])
+print("\nkernel                                   ms       rate          share")
+for name, ms, vals in out:
+    if name.startswith("BM_attention"):
+        g = float(vals[-1]); print(f"{name:38s} {ms:8.2f} {g:8.2f} GFLOP/s  {g/peak if peak else 0:.3f} of SGEMM peak")
+    elif vals:
+        g = float(vals[0]); s = f"{g/bw:.3f} of triad" if bw else ""
+        ex = f"  {float(vals[1]):.2f} Gexp/s" if len(vals) > 1 and float(vals[1]) > 0 else ""
+        print(f"{name:38s} {ms:8.2f} {g:8.2f} GB/s     {s}{ex}")
+' "$PEAK"
+fi
 echo "bench: CSV in $RESULTS (share = achieved model GFLOP/s / (ranks x 1-core SGEMM peak))"

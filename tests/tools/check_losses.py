@@ -14,6 +14,7 @@ ap.add_argument("run")
 ap.add_argument("--expect")
 ap.add_argument("--rtol", type=float, default=1e-5)
 ap.add_argument("--falls", type=float)
+ap.add_argument("--against", help="another run's CSV: every step present in both must match to --rtol")
 a = ap.parse_args()
 
 loss = {}
@@ -39,6 +40,18 @@ if a.expect:
             good = got is not None and abs(got - v) <= a.rtol * abs(v)
             print(f"step {s}: expected {v:.7f} got {got} {'ok' if good else 'MISMATCH'}")
             ok &= good
+if a.against:
+    other = {}
+    with open(a.against) as f:
+        for row in csv.DictReader(f):
+            other[int(row["step"]) + 1] = float(row["loss"])
+    common = sorted(set(loss) & set(other))
+    if not common:
+        print("no common steps"); ok = False
+    for s in common:
+        good = abs(loss[s] - other[s]) <= a.rtol * abs(other[s])
+        print(f"step {s}: {loss[s]:.9f} vs {other[s]:.9f} {'ok' if good else 'MISMATCH'}")
+        ok &= good
 if a.falls is not None:
     steps = sorted(loss)
     first = loss[steps[0]]

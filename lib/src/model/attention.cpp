@@ -20,6 +20,8 @@
 
 #include "wlb4d/core/kokkos_compat.hpp"
 
+#include "vexp.hpp"
+
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -156,18 +158,19 @@ KOKKOS_INLINE_FUNCTION void load_rows(const Member& t, const View3<const Scalar>
 }
 
 /// Loads rows [r0, r0+n) of x(:, h, :) transposed: tile[d][r] (ld = kBK).
-/// Parallel over d so that the scratch writes are contiguous (the strided
-/// reads of x stay in L1: one tile of rows is 64 × D elements).
+/// Parallel over rows: each reads its row of x contiguously (LayoutRight) and
+/// scatters it down one column of the tile, which stays in L1 / scratch.
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION void load_rows_t(const Member& t, const View3<const Scalar>& x, int r0,
                                         int n, int h, int D, int Dp, Scalar* tile) {
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, Dp), [&](const int d) {
-    Scalar* dst = tile + d * kBK;
-    if (d < D) {
-      for (int r = 0; r < n; ++r) dst[r] = x(r0 + r, h, d);
-      for (int r = n; r < kBK; ++r) dst[r] = Scalar(0);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBK), [&](const int r) {
+    Scalar* dst = tile + r;
+    if (r < n) {
+      const Scalar* KOKKOS_RESTRICT src = &x(r0 + r, h, 0);
+      for (int d = 0; d < D; ++d) dst[d * kBK] = src[d];
+      for (int d = D; d < Dp; ++d) dst[d * kBK] = Scalar(0);
     } else {
-      for (int r = 0; r < kBK; ++r) dst[r] = Scalar(0);
+      for (int d = 0; d < Dp; ++d) dst[d * kBK] = Scalar(0);
     }
   });
 }
@@ -210,6 +213,14 @@ KOKKOS_INLINE_FUNCTION void softmax_grad_row(Scalar* s, Scalar* dp, int lo, int 
                                              int nk, int ncols, Scalar lse_i, Scalar d_i) {
   const int jb = wlb::kmath::max(lo - j0, 0);
   const int je = wlb::kmath::min(hi - j0, nk - 1);  // jb > je: nothing allowed
+#ifdef WLB4D_VEXP
+  for (int j = 0; j < jb && j < ncols; ++j) s[j] = dp[j] = Scalar(0);
+  if (jb <= je) {
+    vexp::exp_shift(s + jb, s + jb, je - jb + 1, lse_i);
+    for (int j = jb; j <= je; ++j) dp[j] = s[j] * (dp[j] - d_i);
+  }
+  for (int j = wlb::kmath::max(je + 1, jb); j < ncols; ++j) s[j] = dp[j] = Scalar(0);
+#else
   for (int j = 0; j < ncols; ++j) {
     if (j >= jb && j <= je) {
       const Scalar p = wlb::kmath::exp(s[j] - lse_i);
@@ -219,6 +230,32 @@ KOKKOS_INLINE_FUNCTION void softmax_grad_row(Scalar* s, Scalar* dp, int lo, int 
       s[j] = Scalar(0);
       dp[j] = Scalar(0);
     }
+  }
+#endif
+}
+
+/// D_i = Σ_d dO(i, h, d) · O(i, h, d) (FA-2 Alg. 2 line 4), summed in d order.
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION Scalar row_dot(const View3<const Scalar>& dout, const View3<const Scalar>& out,
+                                      int i, int h, int D) {
+  Scalar acc = 0;
+  for (int d = 0; d < D; ++d) acc += dout(i, h, d) * out(i, h, d);
+  return acc;
+}
+
+/// [min lo, max hi] of the clamped key ranges of rows [i0, i0+n) read from
+/// global memory (jmin > jmax if all are empty); every thread gets the same.
+KOKKOS_INLINE_FUNCTION void tile_span(const View1<const std::int32_t>& kv_lo,
+                                      const View1<const std::int32_t>& kv_hi, int i0, int n, int S,
+                                      int& jmin, int& jmax) {
+  jmin = kNoKey;
+  jmax = -1;
+  for (int i = i0; i < i0 + n; ++i) {
+    const int lo = wlb::kmath::max<int>(kv_lo(i), 0);
+    const int hi = wlb::kmath::min<int>(kv_hi(i), S - 1);
+    if (lo > hi) continue;
+    jmin = wlb::kmath::min(jmin, lo);
+    jmax = wlb::kmath::max(jmax, hi);
   }
 }
 
@@ -344,11 +381,16 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
             const Scalar alpha = wlb::kmath::exp(m_old - m_new);
             Scalar sum = 0;
             for (int j = 0; j < jb; ++j) s[j] = Scalar(0);
+#ifdef WLB4D_VEXP
+            vexp::exp_shift(s + jb, s + jb, je - jb + 1, m_new);
+            for (int j = jb; j <= je; ++j) sum += s[j];
+#else
             for (int j = jb; j <= je; ++j) {
               const Scalar p = wlb::kmath::exp(s[j] - m_new);
               s[j] = p;
               sum += p;
             }
+#endif
             for (int j = je + 1; j < N; ++j) s[j] = Scalar(0);
             mb(r) = m_new;
             lb(r) = alpha * lb(r) + sum;
@@ -395,36 +437,9 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
   const int nqt = (T + kBQ - 1) / kBQ;
   const int nkt = (S + kBK - 1) / kBK;
 
-  // D_i = rowsum(dO ∘ O) (FA-2 Alg. 2 line 4), [Hq][T].
-  View2<Scalar> Dvec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attn_bwd_Dvec"), Hq, T);
-  Kokkos::parallel_for(
-      "wlb::model::attention_backward_rowdot",
-      Kokkos::RangePolicy<ExecSpace>(0, static_cast<std::int64_t>(T) * Hq),
-      KOKKOS_LAMBDA(const std::int64_t n) {
-        const int i = static_cast<int>(n / Hq), h = static_cast<int>(n % Hq);
-        Scalar acc = 0;
-        for (int d = 0; d < D; ++d) acc += dout(i, h, d) * out(i, h, d);
-        Dvec(h, i) = acc;
-      });
-
-  // Per query tile: [min lo, max hi] over its rows, so a key tile skips query
-  // tiles that cannot see it in O(1).
-  Kokkos::View<int* [2], Layout, MemSpace> qspan("attn_bwd_qspan", nqt);
-  Kokkos::parallel_for(
-      "wlb::model::attention_backward_qspan", Kokkos::RangePolicy<ExecSpace>(0, nqt),
-      KOKKOS_LAMBDA(const int qt) {
-        int jmin = kNoKey, jmax = -1;
-        for (int i = qt * kBQ; i < wlb::kmath::min(T, (qt + 1) * kBQ); ++i) {
-          const int lo = wlb::kmath::max<int>(kv_lo(i), 0);
-          const int hi = wlb::kmath::min<int>(kv_hi(i), S - 1);
-          if (lo > hi) continue;
-          jmin = wlb::kmath::min(jmin, lo);
-          jmax = wlb::kmath::max(jmax, hi);
-        }
-        qspan(qt, 0) = jmin;
-        qspan(qt, 1) = jmax;
-      });
-
+  // D_i = rowsum(dO ∘ O) (FA-2 Alg. 2 line 4) and each query tile's key span
+  // are computed inside the teams where they are needed (row_dot, tile_span
+  // below) rather than in global buffers: the backward allocates nothing.
   // ---- dK, dV: one team per (kv head, key tile), looping over the query
   // heads of its group and the query tiles that may see it (Alg. 2 lines
   // 5-20 without the dQ update, which would need atomics).
@@ -462,9 +477,13 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
           t.team_barrier();
 
           for (int qt = 0; qt < nqt; ++qt) {
-            if (qspan(qt, 0) > j1 || qspan(qt, 1) < j0) continue;  // same for all threads
             const int i0 = qt * kBQ;
             const int nq = wlb::kmath::min(kBQ, T - i0);
+            {
+              int jmin, jmax;  // same for all threads
+              tile_span(kv_lo, kv_hi, i0, nq, S, jmin, jmax);
+              if (jmin > j1 || jmax < j0) continue;
+            }
             const int M = round_up(nq, kRB);
             load_ranges(t, kv_lo, kv_hi, i0, nq, S, lo.data(), hi.data());
             t.team_barrier();
@@ -478,7 +497,7 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
               load_rows<Scalar>(t, dout, i0, nq, h, D, Dp, kBQ, Scalar(1), dOs.data());
               Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
                 lse_s(r) = lse(h, i0 + r);
-                D_s(r) = Dvec(h, i0 + r);
+                D_s(r) = row_dot(dout, out, i0 + r, h, D);
               });
               t.team_barrier();
               team_gemm<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK,
@@ -544,7 +563,7 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
           load_ranges(t, kv_lo, kv_hi, i0, nq, S, lo.data(), hi.data());
           Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBQ), [&](const int r) {
             lse_s(r) = r < nq ? lse(h, i0 + r) : Scalar(0);
-            D_s(r) = r < nq ? Dvec(h, i0 + r) : Scalar(0);
+            D_s(r) = r < nq ? row_dot(dout, out, i0 + r, h, D) : Scalar(0);
             for (int d = 0; d < Dp; ++d) dQa(r * Dp + d) = Scalar(0);
           });
           t.team_barrier();

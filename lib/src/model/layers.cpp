@@ -4,6 +4,8 @@
 
 #include "wlb4d/core/kokkos_compat.hpp"
 
+#include "vexp.hpp"
+
 #include <KokkosBlas3_gemm.hpp>
 
 #include <cmath>
@@ -26,6 +28,14 @@ void require(bool ok, const char* fn, const std::string& what) {
 std::string dims(std::size_t a, std::size_t b) {
   return "[" + std::to_string(a) + "][" + std::to_string(b) + "]";
 }
+
+// Columns per work item of rmsnorm_bwd_dw: a block of rows-outer sums on the
+// host, one column per thread on GPUs (coalesced loads across threads).
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL)
+constexpr int kRmsDwCols = 1;
+#else
+constexpr int kRmsDwCols = 32;
+#endif
 
 }  // namespace
 
@@ -54,7 +64,22 @@ void linear_backward(const View2<Scalar>& x, const View2<Scalar>& w, const View2
             "dx" + dims(dx.extent(0), dx.extent(1)) + " must match x" + dims(x.extent(0), x.extent(1)));
     KokkosBlas::gemm("N", "N", Scalar(1), dy, w, beta_dx, dx);
   }
-  KokkosBlas::gemm("T", "N", Scalar(1), dy, x, Scalar(1), dw);
+  // dW += dyᵀ·x. For a very tall dW (the LM head, one row per vocabulary entry)
+  // one call runs OpenBLAS at ~70% of its speed at the other shapes (measured
+  // with bench/gemm_bench BM_sgemm_linear/1024/50304/768/{2,3}: 25-28 vs 37
+  // GFLOP/s); blocks of kDwRows rows of dW run at full speed. Each element
+  // is still one dot product over the tokens, so the result is unchanged.
+  constexpr std::int64_t kDwRows = 4096;
+  const std::int64_t O = std::int64_t(dw.extent(0));
+  if (O <= 2 * kDwRows) {
+    KokkosBlas::gemm("T", "N", Scalar(1), dy, x, Scalar(1), dw);
+    return;
+  }
+  for (std::int64_t o0 = 0; o0 < O; o0 += kDwRows) {
+    const auto rows = std::make_pair(o0, o0 + kDwRows < O ? o0 + kDwRows : O);
+    KokkosBlas::gemm("T", "N", Scalar(1), Kokkos::subview(dy, Kokkos::ALL, rows), x, Scalar(1),
+                     Kokkos::subview(dw, rows, Kokkos::ALL));
+  }
 }
 
 // ---- embedding ------------------------------------------------------------------------
@@ -129,11 +154,29 @@ void rmsnorm_backward(const View2<Scalar>& x, std::int64_t T, const View1<Scalar
   if (T == 0) return;
   // dw first: it reads dy and x, and dx may be the buffer dy is later read from
   // by the caller (it never aliases dy itself).
+  // One work item per block of kDwCols columns, rows in the outer loop: the
+  // host reads dy and x row by row (contiguous) instead of down columns
+  // (stride d). Each column's sum still runs over t in order, so the result
+  // is the same as one work item per column (what device builds use).
+  constexpr int kDwCols = kRmsDwCols;
+  const int nblk = (d + kDwCols - 1) / kDwCols;
   Kokkos::parallel_for(
-      "wlb::model::rmsnorm_bwd_dw", Kokkos::RangePolicy<ExecSpace>(0, d), KOKKOS_LAMBDA(const int j) {
-        Scalar a = 0;
-        for (std::int64_t t = 0; t < T; ++t) a += dy(t, j) * x(t, j) * rstd(t);
-        dw(j) += a;
+      "wlb::model::rmsnorm_bwd_dw", Kokkos::RangePolicy<ExecSpace>(0, nblk), KOKKOS_LAMBDA(const int b) {
+        const int j0 = b * kDwCols;
+        const int nj = kmath::min(kDwCols, d - j0);
+        Scalar a[kDwCols];
+        for (int jj = 0; jj < kDwCols; ++jj) a[jj] = 0;
+        for (std::int64_t t = 0; t < T; ++t) {
+          const Scalar r = rstd(t);
+          const Scalar* KOKKOS_RESTRICT dyt = &dy(t, j0);
+          const Scalar* KOKKOS_RESTRICT xt = &x(t, j0);
+          if (nj == kDwCols) {
+            for (int jj = 0; jj < kDwCols; ++jj) a[jj] += dyt[jj] * xt[jj] * r;
+          } else {
+            for (int jj = 0; jj < nj; ++jj) a[jj] += dyt[jj] * xt[jj] * r;
+          }
+        }
+        for (int jj = 0; jj < nj; ++jj) dw(j0 + jj) += a[jj];
       });
   // A branch, not a 0/1 factor: 0·dx would turn uninitialised NaNs into NaN.
   const bool acc = accumulate_dx;
@@ -165,18 +208,22 @@ void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, doubl
   const std::int64_t half = D / 2;
   const double sign = inverse ? -1.0 : 1.0;
   const double log_theta = std::log(theta);
+  // One work item per (token, frequency): the rotation angle (two fp64
+  // transcendentals) is computed once and applied to every head, not once
+  // per head (the per-element values are unchanged).
   Kokkos::parallel_for(
-      "wlb::model::rope", MD3({0, 0, 0}, {T, H, half}),
-      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h, const std::int64_t i) {
+      "wlb::model::rope", MD2({0, 0}, {T, half}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t i) {
         // theta^(-2i/D) = exp(-2i/D · ln theta)
         const double inv_freq = kmath::exp(-2.0 * double(i) / double(D) * log_theta);
         const double ang = sign * double(pos(t)) * inv_freq;
         const Scalar c = Scalar(kmath::cos(ang));
         const Scalar s = Scalar(kmath::sin(ang));
-        const Scalar a = x(t, h, i);
-        const Scalar b = x(t, h, i + half);
-        x(t, h, i) = a * c - b * s;
-        x(t, h, i + half) = b * c + a * s;
+        for (std::int64_t h = 0; h < H; ++h) {
+          const Scalar a = x(t, h, i);
+          const Scalar b = x(t, h, i + half);
+          x(t, h, i) = a * c - b * s;
+          x(t, h, i + half) = b * c + a * s;
+        }
       });
 }
 
@@ -187,6 +234,28 @@ void swiglu_forward(const View2<Scalar>& g, const View2<Scalar>& u, std::int64_t
   const std::int64_t F = std::int64_t(g.extent(1));
   require(u.extent(1) == g.extent(1) && h.extent(1) == g.extent(1), "swiglu_forward", "g/u/h widths differ");
   if (T == 0 || F == 0) return;
+#ifdef WLB4D_VEXP
+  // Host: one row per work item, the exponentials eight at a time (vexp.hpp).
+  Kokkos::parallel_for(
+      "wlb::model::swiglu_fwd", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t t) {
+        const Scalar* KOKKOS_RESTRICT gt = &g(t, 0);
+        const Scalar* KOKKOS_RESTRICT ut = &u(t, 0);
+        Scalar* KOKKOS_RESTRICT ht = &h(t, 0);
+        constexpr int kC = 256;
+        Scalar e[kC];
+        for (std::int64_t f0 = 0; f0 < F; f0 += kC) {
+          const int n = int(kmath::min<std::int64_t>(kC, F - f0));
+          for (int k = 0; k < n; ++k) e[k] = -gt[f0 + k];
+          vexp::exp_shift(e, e, n, Scalar(0));
+          for (int k = 0; k < n; ++k) {
+            const Scalar z = gt[f0 + k];
+            const Scalar sig = Scalar(1) / (Scalar(1) + e[k]);
+            ht[f0 + k] = z * sig * ut[f0 + k];
+          }
+        }
+      });
+  return;
+#endif
   Kokkos::parallel_for(
       "wlb::model::swiglu_fwd", MD2({0, 0}, {T, F}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t f) {
         const Scalar z = g(t, f);
@@ -203,6 +272,32 @@ void swiglu_backward(const View2<Scalar>& g, const View2<Scalar>& u, const View2
               du.extent(1) == g.extent(1),
           "swiglu_backward", "g/u/dh/dg/du widths differ");
   if (T == 0 || F == 0) return;
+#ifdef WLB4D_VEXP
+  Kokkos::parallel_for(
+      "wlb::model::swiglu_bwd", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t t) {
+        const Scalar* KOKKOS_RESTRICT gt = &g(t, 0);
+        const Scalar* KOKKOS_RESTRICT ut = &u(t, 0);
+        const Scalar* KOKKOS_RESTRICT dht = &dh(t, 0);
+        Scalar* KOKKOS_RESTRICT dgt = &dg(t, 0);
+        Scalar* KOKKOS_RESTRICT dut = &du(t, 0);
+        constexpr int kC = 256;
+        Scalar e[kC];
+        for (std::int64_t f0 = 0; f0 < F; f0 += kC) {
+          const int n = int(kmath::min<std::int64_t>(kC, F - f0));
+          for (int k = 0; k < n; ++k) e[k] = -gt[f0 + k];
+          vexp::exp_shift(e, e, n, Scalar(0));
+          for (int k = 0; k < n; ++k) {
+            const Scalar z = gt[f0 + k];
+            const Scalar sig = Scalar(1) / (Scalar(1) + e[k]);
+            const Scalar grad = dht[f0 + k];
+            const Scalar up = ut[f0 + k];
+            dgt[f0 + k] = grad * up * sig * (Scalar(1) + z * (Scalar(1) - sig));
+            dut[f0 + k] = grad * z * sig;
+          }
+        }
+      });
+  return;
+#endif
   Kokkos::parallel_for(
       "wlb::model::swiglu_bwd", MD2({0, 0}, {T, F}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t f) {
         const Scalar z = g(t, f);
@@ -229,6 +324,23 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
   // are adjacent so one all-reduce carries both.
   Scalar* base = scratch.data();
   View1<Scalar> mx(base, T), se(base + T, T), z(base + 2 * T, T);
+#ifdef WLB4D_VEXP
+  // Host: one row per work item; max and Σ exp in eight lanes (vexp.hpp).
+  Kokkos::parallel_for(
+      "wlb::model::ce_max", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t t) {
+        const Scalar* KOKKOS_RESTRICT l = &logits(t, 0);
+        constexpr int W = 8;
+        Scalar m[W];
+        for (int k = 0; k < W; ++k) m[k] = l[0];
+        int v = 0;
+        for (; v + W <= vl; v += W)
+          for (int k = 0; k < W; ++k) m[k] = m[k] < l[v + k] ? l[v + k] : m[k];
+        for (; v < vl; ++v) m[0] = m[0] < l[v] ? l[v] : m[0];
+        Scalar a = m[0];
+        for (int k = 1; k < W; ++k) a = kmath::max(a, m[k]);
+        mx(t) = a;
+      });
+#else
   Kokkos::parallel_for(
       "wlb::model::ce_max", Team(int(T), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int t = m.league_rank();
@@ -238,10 +350,34 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
             Kokkos::Max<Scalar>(a));
         Kokkos::single(Kokkos::PerTeam(m), [&]() { mx(t) = a; });
       });
+#endif
   if (tp.size() > 1) {
     Kokkos::fence();
     tp.allreduce(mx.data(), std::size_t(T), comm::ReduceOp::Max);
   }
+#ifdef WLB4D_VEXP
+  Kokkos::parallel_for(
+      "wlb::model::ce_sumexp", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t t) {
+        const Scalar* KOKKOS_RESTRICT l = &logits(t, 0);
+        const Scalar mt = mx(t);
+        constexpr int kC = 512, W = 8;
+        Scalar e[kC];
+        Scalar acc[W] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int v0c = 0; v0c < vl; v0c += kC) {
+          const int n = kmath::min(kC, vl - v0c);
+          vexp::exp_shift(l + v0c, e, n, mt);
+          int k = 0;
+          for (; k + W <= n; k += W)
+            for (int w = 0; w < W; ++w) acc[w] += e[k + w];
+          for (; k < n; ++k) acc[0] += e[k];
+        }
+        Scalar s = 0;
+        for (int w = 0; w < W; ++w) s += acc[w];
+        se(t) = s;
+        const std::int64_t r = std::int64_t(labels(t)) - v0;
+        z(t) = (labels(t) >= 0 && r >= 0 && r < vl) ? logits(t, r) : Scalar(0);
+      });
+#else
   Kokkos::parallel_for(
       "wlb::model::ce_sumexp", Team(int(T), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int t = m.league_rank();
@@ -256,6 +392,7 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
           z(t) = (labels(t) >= 0 && r >= 0 && r < vl) ? logits(t, r) : Scalar(0);
         });
       });
+#endif
   if (tp.size() > 1) {
     Kokkos::fence();
     tp.allreduce(se.data(), std::size_t(2 * T), comm::ReduceOp::Sum);
@@ -282,6 +419,26 @@ void cross_entropy_backward(const View2<Scalar>& logits, const IntVec& labels, s
           "cross_entropy_backward", "logits/dlogits/lse extents do not fit T=" + std::to_string(T));
   if (T == 0 || vl == 0) return;
   const Scalar gs = Scalar(grad_scale);
+#ifdef WLB4D_VEXP
+  // Host: one row per work item, softmax·scale in one vectorised pass, then
+  // the target entry rewritten as (p - 1)·scale (the value of the generic
+  // kernel, from the same p).
+  Kokkos::parallel_for(
+      "wlb::model::ce_bwd", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t t) {
+        const std::int64_t lab = labels(t);
+        Scalar* d = &dlogits(t, 0);  // may alias logits (in place)
+        if (lab < 0) {
+          for (std::int64_t v = 0; v < vl; ++v) d[v] = Scalar(0);
+          return;
+        }
+        const Scalar lt = lse(t);
+        const std::int64_t r = lab - v0;
+        const Scalar lr = (r >= 0 && r < vl) ? logits(t, r) : Scalar(0);
+        vexp::exp_shift(&logits(t, 0), d, int(vl), lt, gs);
+        if (r >= 0 && r < vl) d[r] = (vexp::exp_one(lr - lt) - Scalar(1)) * gs;
+      });
+  return;
+#endif
   Kokkos::parallel_for(
       "wlb::model::ce_bwd", MD2({0, 0}, {T, vl}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t v) {
         const std::int64_t lab = labels(t);

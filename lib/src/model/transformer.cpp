@@ -11,6 +11,7 @@
 #include "wlb4d/model/attention.hpp"
 #include "wlb4d/model/layers.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -133,7 +134,9 @@ template <class Scalar>
 void Transformer<Scalar>::allreduce_tp(const View2<Scalar>& x) const {
   if (tp_.size() > 1) {
     Kokkos::fence();
+    const auto t0 = std::chrono::steady_clock::now();
     tp_.allreduce(x.data(), x.span(), comm::ReduceOp::Sum);
+    tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 }
 

@@ -293,6 +293,22 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
       }
     }
   }
+  // TP and CP communication happen inside forward/backward: report them in
+  // their own categories and the compute without them.
+  double tp_s = 0;
+  for (auto& c : chunks_) {
+    tp_s += c->tp_comm_seconds();
+    c->reset_tp_comm_seconds();
+  }
+  if (tp_s > 0) {
+    rec.time[io::kTPComm] += tp_s;
+    const double f = rec.time[io::kForward] + rec.time[io::kBackward];
+    if (f > 0) {
+      const double share = rec.time[io::kForward] / f;
+      rec.time[io::kForward] -= tp_s * share;
+      rec.time[io::kBackward] -= tp_s * (1 - share);
+    }
+  }
   if (kvx_) {
     rec.time[io::kCPComm] += kvx_->seconds;
     // CP time was measured inside forward/backward: report compute without it.

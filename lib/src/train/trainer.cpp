@@ -5,7 +5,10 @@
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/data/dataset.hpp"
+#include "wlb4d/core/signals.hpp"
 #include "wlb4d/data/document_stream.hpp"
+#include "wlb4d/io/checkpoint.hpp"
+#include "wlb4d/io/checkpoint_model.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/optim/adamw.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
@@ -66,6 +69,9 @@ struct Trainer::Impl {
   std::int64_t vocab = 0;
   std::int64_t step = 0;
   std::vector<Vec> m, v;  // AdamW moments per local chunk, flat like the registry
+  std::int64_t tokens_seen = 0;                    // training tokens consumed (checkpointed)
+  std::unique_ptr<io::ModelCheckpointState> ckpt;  // TensorRef view of values + moments
+  double last_ckpt_time = 0;
   std::unique_ptr<io::TimingLog> tlog;
   // Validation micro-batches (fixed order, built once).
   std::vector<balance::MicroBatch> val_mbs;
@@ -115,12 +121,62 @@ struct Trainer::Impl {
       m.emplace_back("adam_m", n);
       v.emplace_back("adam_v", n);
     }
+    std::vector<const model::ParamRegistry<float>*> regs;
+    for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
+    ckpt = std::make_unique<io::ModelCheckpointState>(g, regs, m, v);  // collective over pp
+    last_ckpt_time = now();
+  }
+
+  /// Writes the checkpoint of the current step (collective over the world).
+  std::string save_checkpoint() {
+    Kokkos::fence();
+    ckpt->pull();
+    io::TrainState st;
+    st.step = step;
+    st.tokens_seen = tokens_seen;
+    st.stream_epoch = stream.state().epoch;
+    st.stream_position = stream.state().position;
+    st.packer_state = packer->save_state();
+    st.seed = cfg.train.seed;
+    io::CheckpointInfo info;
+    info.deck = core::to_ini(cfg);
+    info.dataset_identity = train_ds.identity();
+    info.model = cfg.model;
+    info.vocab = vocab;  // padded vocabulary: the tensors' shape
+    const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), st, info);
+    last_ckpt_time = now();
+    if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
+    return path;
+  }
+
+  /// checkpoint.resume: values, moments, step, tokens, stream and packer state (collective).
+  void resume() {
+    const auto path = io::resolve_resume(cfg.checkpoint.dir, cfg.checkpoint.resume, grid.world());
+    if (!path) return;
+    const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
+    ckpt->push();
+    step = r.state.step;
+    tokens_seen = r.state.tokens_seen;
+    stream.restore({r.state.stream_epoch, r.state.stream_position});
+    packer->load_state(r.state.packer_state);
+    if (grid.rank() == 0) {
+      spdlog::info("resumed from {} at step {} (written by wlb4d {} on dp={} pp={} cp={} tp={})", *path, step,
+                   r.info.program_version, r.info.layout[0], r.info.layout[1], r.info.layout[2], r.info.layout[3]);
+      if (r.info.dataset_identity != train_ds.identity())
+        spdlog::warn("data.train changed since the checkpoint: was {}, is {}", r.info.dataset_identity,
+                     train_ds.identity());
+      if (r.state.seed != cfg.train.seed)
+        spdlog::warn("train.seed={} differs from the checkpoint's {}: the data order changes", cfg.train.seed,
+                     r.state.seed);
+    }
   }
 };
 
 Trainer::Trainer(const core::Config& cfg, const grid::ProcessGrid& grid)
     : impl_(std::make_unique<Impl>(cfg, grid)) {
   auto& I = *impl_;
+  I.resume();  // before the restart record, so /restarts shows the resumed step
+  core::install_stop_handlers();
   io::RestartRecord rr;
   rr.step = I.step;
   rr.dp = grid.dp_size();
@@ -152,6 +208,7 @@ StepResult Trainer::step() {
   // 1. Plan: identical on every rank (same stream, same packer).
   double t0 = now();
   balance::StepPlan plan = I.packer->plan_step(I.step, I.source);
+  I.tokens_seen += plan.tokens;
   const auto metrics = balance::step_metrics(plan, I.cost, g.cp_size());
   rec.time[io::kPlan] = now() - t0;
 
@@ -310,8 +367,22 @@ StepResult Trainer::run() {
   const auto& g = I.grid;
   StepResult last;
   double window_tokens = 0, window_s = 0, window_flops = 0;
-  while (I.step < I.cfg.train.steps) {
+  const auto& ck = I.cfg.checkpoint;
+  bool stop = false;
+  while (I.step < I.cfg.train.steps && !stop) {
     last = step();
+    // Checkpoint decision, agreed by every rank (clocks and signals are per rank):
+    // 1 = every_minutes elapsed, 2 = SIGTERM/SIGUSR1 (checkpoint, then stop).
+    int urgent = (ck.every_minutes > 0 && now() - I.last_ckpt_time >= 60.0 * ck.every_minutes) ? 1 : 0;
+    if (core::stop_signal() != 0) urgent = 2;
+    urgent = g.world().allreduce_value(urgent, comm::ReduceOp::Max);
+    stop = urgent == 2;
+    if ((ck.every > 0 && I.step % ck.every == 0) || urgent > 0 || (ck.at_end && I.step == I.cfg.train.steps)) {
+      const double t0 = now();
+      I.save_checkpoint();
+      last.record.time[io::kCheckpoint] = now() - t0;
+      last.record.time[io::kTotal] += last.record.time[io::kCheckpoint];
+    }
     window_tokens += double(last.tokens);
     window_s += last.seconds;
     window_flops += last.model_flops;
@@ -342,6 +413,8 @@ StepResult Trainer::run() {
   const double rss_mib = double(ru.ru_maxrss) / 1024.0;
   const double rss_max = g.world().allreduce_value(rss_mib, comm::ReduceOp::Max);
   const double rss_min = g.world().allreduce_value(rss_mib, comm::ReduceOp::Min);
+  if (stop && g.rank() == 0)
+    spdlog::warn("stop requested (SIGTERM/SIGUSR1): checkpoint written after step {}", I.step);
   if (g.rank() == 0 && I.cfg.train.steps > 0)
     spdlog::info("done: {} steps | peak memory per rank {:.0f}-{:.0f} MiB | final loss {:.4f}{}", I.step, rss_min,
                  rss_max, last.loss, last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "");

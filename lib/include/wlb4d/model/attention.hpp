@@ -83,6 +83,7 @@ void attention_forward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar>
                        View2<Scalar> lse);
 
 /// Backward pass (FA-2 Alg. 2, atomic-free split into a dK/dV and a dQ kernel).
+/// Allocates nothing: D_i = rowsum(dO ∘ O) is formed inside the kernels' tiles.
 /// \param out, lse  the forward's outputs for the same q, k, v, mask, scale
 /// \param dout      [T][Hq][D] gradient of the loss w.r.t. out
 /// \param dq        [T][Hq][D] overwritten with dL/dq

@@ -91,6 +91,11 @@ template <class Scalar>
 void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, double theta, bool inverse);
 
 // ---- SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6) --------------
+//
+// Host builds evaluate the fp32 exponentials of SwiGLU and the cross-entropy
+// (and of the attention softmax) eight at a time with a vectorised expf
+// (lib/src/model/vexp.hpp: ≤ 2 ulp; e^x = 0 below x = −87.33 instead of a
+// subnormal); device builds and fp64 use kmath::exp.
 
 /// h[t][f] = silu(g[t][f]) · u[t][f],  silu(z) = z·σ(z).
 template <class Scalar>

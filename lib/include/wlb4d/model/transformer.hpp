@@ -178,6 +178,11 @@ class Transformer {
   /// Replaces the K/V source (context parallelism); nullptr restores identity.
   void set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x);
 
+  /// Wall seconds spent in this stage's TP all-reduces since the last
+  /// reset (the vocab-parallel cross-entropy's small reductions excluded).
+  double tp_comm_seconds() const { return tp_comm_seconds_; }
+  void reset_tp_comm_seconds() { tp_comm_seconds_ = 0; }
+
   int slots() const { return int(slot_tokens_.size()); }
   std::int64_t max_tokens() const { return cap_; }
   const ModelShard& stage() const { return params_.shard(); }
@@ -215,6 +220,7 @@ class Transformer {
   View1<Scalar> scr_;                     // shared gradient scratch
   std::vector<std::int64_t> slot_tokens_; // T of the pending forward, -1: none
   std::shared_ptr<KvExchange<Scalar>> kvx_;
+  mutable double tp_comm_seconds_ = 0;
 };
 
 }  // namespace wlb::model
