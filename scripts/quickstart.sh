@@ -3,12 +3,14 @@
 #   1. install the Debian packages (only those missing),
 #   2. configure and build (Release),
 #   3. turn the embedded State of the Union corpus into HDF5 token datasets,
-#   4. train the quickstart model (inputs/quickstart.ini) and report train/val loss.
-# Environment: RANKS (default 1) MPI ranks; extra arguments are deck overrides,
-# e.g. `RANKS=2 scripts/quickstart.sh --parallel.dp=2`.
+#   4. train the quickstart model (inputs/quickstart.ini) on the 4D grid
+#      dp=2 x pp=2 x cp=2 (8 ranks, oversubscribed on a small machine) with the
+#      wlb packer and adaptive CP sharding, and report train/val loss.
+# Environment: RANKS (default 8) MPI ranks; extra arguments are deck overrides,
+# e.g. one rank: `RANKS=1 scripts/quickstart.sh --parallel.dp=1 --parallel.pp=1 --parallel.cp=1`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RANKS=${RANKS:-1}
+RANKS=${RANKS:-8}
 RUN=runs/quickstart
 scripts/install-deps.sh
 scripts/build.sh
