@@ -8,6 +8,9 @@ set -uo pipefail
 SRC=${WLB4D_SRC:?}
 BIN=${WLB4D_BIN:?}
 T=$(mktemp -d)
+# The shipped quickstart deck is 8-rank 4D; the launch-line cases below use a
+# 1-rank copy (same name, so the patterns still see quickstart.ini).
+sed -e "s/^dp = .*/dp = 1/" -e "s/^pp = .*/pp = 1/" -e "s/^cp = .*/cp = 1/" inputs/quickstart.ini > "$T/quickstart.ini"
 trap 'rm -rf "$T"' EXIT
 cd "$SRC"
 fails=0
@@ -43,25 +46,25 @@ expect "sweep: an index past the file fails" 2 "array task $n but .* has $n line
 
 # Layout check of the CPU template.
 expect "train-cpu: matching layout, srun launch line" 0 'launch: srun --mpi=pmi2 --ntasks=4 --cpu-bind=cores .*quickstart.ini --parallel.dp=4' -- \
-  run SLURM_NTASKS=4 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch inputs/quickstart.ini --parallel.dp=4
+  run SLURM_NTASKS=4 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch "$T/quickstart.ini" --parallel.dp=4
 expect "train-cpu: task count != dp*pp*cp*tp fails with the keys" 2 'parallel.dp\*pp\*cp\*tp = 2\*1\*1\*1 = 2 ranks, but this job has 3 tasks' -- \
-  run SLURM_NTASKS=3 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch inputs/quickstart.ini --parallel.dp=2
+  run SLURM_NTASKS=3 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch "$T/quickstart.ini" --parallel.dp=2
 expect "train-cpu: EXTRA overrides are applied" 2 '= 2\*2\*1\*1 = 4 ranks, but this job has 2 tasks' -- \
-  run SLURM_NTASKS=2 EXTRA="--parallel.pp=2" RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch inputs/quickstart.ini --parallel.dp=2
+  run SLURM_NTASKS=2 EXTRA="--parallel.pp=2" RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch "$T/quickstart.ini" --parallel.dp=2
 expect "train-cpu: a bad deck key fails before launch" 2 'does not resolve' -- \
-  run SLURM_NTASKS=1 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch inputs/quickstart.ini --parallel.dq=2
+  run SLURM_NTASKS=1 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch "$T/quickstart.ini" --parallel.dq=2
 expect "train-cpu: LAUNCHER=mpiexec" 0 'launch: mpiexec -n 2 -bind-to core ' -- \
-  run SLURM_NTASKS=2 LAUNCHER=mpiexec RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch inputs/quickstart.ini --parallel.dp=2
+  run SLURM_NTASKS=2 LAUNCHER=mpiexec RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch "$T/quickstart.ini" --parallel.dp=2
 expect "train-cpu: task count from SLURM_NNODES*SLURM_NTASKS_PER_NODE" 0 '-> 4 ranks \| job: 4 tasks on 2 nodes' -- \
-  run SLURM_NNODES=2 SLURM_NTASKS_PER_NODE=2 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch inputs/quickstart.ini --parallel.dp=4
+  run SLURM_NNODES=2 SLURM_NTASKS_PER_NODE=2 RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch "$T/quickstart.ini" --parallel.dp=4
 expect "train-cpu: LAUNCHER must be srun or mpiexec" 2 'LAUNCHER=aprun: must be srun or mpiexec' -- \
-  run SLURM_NTASKS=1 LAUNCHER=aprun RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch inputs/quickstart.ini
+  run SLURM_NTASKS=1 LAUNCHER=aprun RUN_DIR="$T/cpu" bash slurm/train-cpu.sbatch "$T/quickstart.ini"
 
 # GPU template: --gpu-bind=none, per-rank device from the local rank, NCCL backend.
 expect "train-gpu: srun --gpu-bind=none, bind-gpu.sh, comm.backend=nccl" 0 \
   'launch: srun --mpi=pmi2 --ntasks=8 --cpu-bind=cores --gpu-bind=none .*/lib/bind-gpu.sh .*quickstart.ini .*--comm.backend=nccl' -- \
   run SLURM_NTASKS=8 SLURM_NNODES=2 SLURM_NTASKS_PER_NODE=4 SLURM_GPUS_PER_NODE=4 RUN_DIR="$T/gpu" \
-  bash slurm/train-gpu.sbatch inputs/quickstart.ini --parallel.dp=8 --train.micro_batches=8
+  bash slurm/train-gpu.sbatch "$T/quickstart.ini" --parallel.dp=8 --train.micro_batches=8
 expect "bind-gpu.sh: KOKKOS_DEVICE_ID = SLURM_LOCALID" 0 '^3$' -- \
   env -u MPI_LOCALRANKID SLURM_LOCALID=3 SLURM_GPUS_ON_NODE=4 slurm/lib/bind-gpu.sh bash -c 'echo $KOKKOS_DEVICE_ID'
 expect "bind-gpu.sh: mpiexec's MPI_LOCALRANKID wins over SLURM_LOCALID, modulo GPUs" 0 '^1$' -- \

@@ -237,6 +237,8 @@ TEST(TokenDataset, TokenAboveVocabIsCaughtOnRead) {
 
 TEST(TokenDatasetWriter, ValidatesAndIsAtomic) {
   auto p = test::scratch("w.h5").string();
+  std::filesystem::remove(p);  // left by an earlier run of this test: start clean
+  std::filesystem::remove(p + ".tmp");
   {
     TokenDatasetWriter w(p, "bytes", 257, 256, "t", "");
     w.append({1, 2});
