@@ -254,7 +254,9 @@ void expect_equivalent(const Layout& L, std::vector<std::string> overrides, cons
         << what << " grad norm at step " << s;
     EXPECT_DOUBLE_EQ(got.lr[s], ref.lr[s]) << what << " step " << s;
     EXPECT_NEAR(got.val[s], ref.val[s], 1e-5 * std::abs(ref.val[s])) << what << " validation loss at step " << s;
-    if (eval) EXPECT_EQ(ref.val[s] >= 0, (s + 1) % 5 == 0) << "step " << s;
+    if (eval) {
+      EXPECT_EQ(ref.val[s] >= 0, (s + 1) % 5 == 0) << "step " << s;
+    }
   }
   // Clipping must be active in these decks (the clipped update is compared).
   EXPECT_GT(ref.gnorm.front(), ref_cfg.optim.grad_clip) << "grad_clip too large to test clipping";
