@@ -9,8 +9,10 @@ Reads the table io::TimingLog writes (lib/include/wlb4d/io/timing_log.hpp):
              tp_comm, cp_comm, dp_reduce, optimizer, checkpoint, eval, total),
              loss, val_loss (-1: none), grad_norm, lr, tokens (whole step),
              local_tokens, gflops (whole job, this step), attn_imbalance,
-             latency_imbalance, cp_imbalance, delay_mean, delay_max
-  /restarts  one row per start of the trainer: step, dp, pp, cp, tp, unix_time
+             latency_imbalance, cp_imbalance, delay_mean, delay_max,
+             compute_cpu (process CPU seconds of forward+backward, comm excluded)
+  /restarts  one row per start of the trainer: step, dp, pp, cp, tp, unix_time,
+             cost_a, cost_b, cost_c, cost_calibrated (the balancing cost model)
 After a resume from an older checkpoint a step can appear twice; the last
 rows written for a (step, rank) win.
 
@@ -19,6 +21,8 @@ Prints a summary:
   tokens/s           Σ tokens / Σ step time
   achieved GFLOP/s   Σ (gflops · step time) / Σ step time   (model FLOP, whole job)
   bubble share       Σ t_p2p_wait / Σ t_total over all ranks and steps
+  compute imbalance  mean over steps of max/mean compute_cpu over ranks (measured)
+  cost model         per start: a [s/token], b [s/token²], c [s], calibrated or deck
 and writes a PNG (default: TIMING with .png) with three panels: train and
 validation loss over tokens; the mean step-time breakdown per rank as stacked
 bars (one segment per category, "other" = total minus the categories); and the
@@ -91,7 +95,20 @@ def summarise(rows):
         "gflops": float((gflops * step_time).sum() / total_time) if total_time > 0 else 0.0,
         "bubble": float(bubble),
         "tokens": tokens,
+        "cpu_imbalance": cpu_imbalance(rows, step_ids),
     }
+
+
+def cpu_imbalance(rows, step_ids):
+    """Mean over steps of max/mean compute CPU time over ranks; None if not recorded."""
+    if "compute_cpu" not in rows.dtype.names:
+        return None
+    r = []
+    for s in step_ids:
+        c = rows["compute_cpu"][rows["step"] == s]
+        if c.mean() > 0:
+            r.append(c.max() / c.mean())
+    return float(np.mean(r)) if r else None
 
 
 def plot(rows, s, out):
@@ -159,6 +176,13 @@ def main(argv=None):
     print(f"tokens/s           {s['tokens_per_s']:.0f}")
     print(f"achieved GFLOP/s   {s['gflops']:.2f}")
     print(f"bubble share (p2p_wait / total)  {100 * s['bubble']:.1f} %")
+    if s["cpu_imbalance"] is not None:
+        print(f"compute imbalance  {s['cpu_imbalance']:.3f} (max/mean compute CPU time over ranks)")
+    if restarts is not None and restarts.size and "cost_a" in restarts.dtype.names:
+        for r in restarts:
+            how = "calibrated" if r["cost_calibrated"] else "from deck"
+            print(f"cost model         step {r['step']}: a={r['cost_a']:.3e} s/token b={r['cost_b']:.3e} s/token^2 "
+                  f"c={r['cost_c']:.3e} s ({how})")
     plot(rows, s, out)
     print(f"wrote {out} ({os.path.getsize(out)} bytes)")
     return 0

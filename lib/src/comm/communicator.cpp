@@ -7,6 +7,7 @@
 
 #include "wlb4d/comm/communicator.hpp"
 
+#include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 
 #include <fmt/format.h>
@@ -22,6 +23,19 @@ namespace wlb::comm {
 namespace {
 
 std::atomic<std::size_t> g_max_elems{static_cast<std::size_t>(INT_MAX)};
+
+// Process CPU seconds spent inside communication calls (both wait modes), so
+// callers can take communication out of CPU-time measurements of compute.
+std::atomic<double> g_comm_cpu{0.0};
+struct CommCpuScope {
+  double c0 = core::process_cpu_seconds();
+  ~CommCpuScope() {
+    const double dc = core::process_cpu_seconds() - c0;
+    double cur = g_comm_cpu.load(std::memory_order_relaxed);
+    while (!g_comm_cpu.compare_exchange_weak(cur, cur + dc, std::memory_order_relaxed)) {
+    }
+  }
+};
 
 std::string mpi_error_text(int code) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -115,6 +129,8 @@ Communicator::Communicator(MPI_Comm comm, WaitMode wait, bool owns) : comm_(comm
   }
 }
 
+double comm_cpu_seconds() { return g_comm_cpu.load(std::memory_order_relaxed); }
+
 Communicator Communicator::self(WaitMode wait) { return Communicator(MPI_COMM_SELF, wait, false); }
 Communicator Communicator::world(WaitMode wait) { return Communicator(MPI_COMM_WORLD, wait, false); }
 
@@ -139,6 +155,7 @@ void Communicator::wait(MPI_Request& req, MPI_Status* status) const {
 
 template <class T> void Communicator::allreduce(T* data, std::size_t count, ReduceOp op) const {
   check_live("allreduce");
+  const CommCpuScope cpu_scope;
   const MPI_Datatype type = mpi_type<T>();
   const MPI_Op mop = to_mpi(op);
   const std::size_t lim = g_max_elems.load();
@@ -158,6 +175,7 @@ template <class T> void Communicator::allreduce(T* data, std::size_t count, Redu
 
 template <class T> void Communicator::broadcast(T* data, std::size_t count, int root) const {
   check_live("broadcast");
+  const CommCpuScope cpu_scope;
   if (root < 0 || root >= size_)
     throw core::CommError(fmt::format("wlb::comm: broadcast root {} out of range [0, {})", root, size_));
   const MPI_Datatype type = mpi_type<T>();
@@ -176,6 +194,7 @@ template <class T> void Communicator::broadcast(T* data, std::size_t count, int 
 
 template <class T> void Communicator::allgather(const T* send, T* recv, std::size_t count) const {
   check_live("allgather");
+  const CommCpuScope cpu_scope;
   check_count_int(count, "allgather", rank_, size_);
   const MPI_Datatype type = mpi_type<T>();
   const int n = static_cast<int>(count);
@@ -192,6 +211,7 @@ template <class T>
 void Communicator::allgatherv(const T* send, std::size_t send_count, T* recv, const std::vector<int>& recv_counts,
                               const std::vector<int>& displs) const {
   check_live("allgatherv");
+  const CommCpuScope cpu_scope;
   if (static_cast<int>(recv_counts.size()) != size_ || static_cast<int>(displs.size()) != size_)
     throw core::CommError(fmt::format(
         "wlb::comm: allgatherv on rank {} of {}: recv_counts ({}) and displs ({}) must have one entry per rank",
@@ -219,6 +239,7 @@ void Communicator::allgatherv(const T* send, std::size_t send_count, T* recv, co
 
 template <class T> void Communicator::reduce_scatter(const T* send, T* recv, std::size_t count) const {
   check_live("reduce_scatter");
+  const CommCpuScope cpu_scope;
   check_count_int(count, "reduce_scatter", rank_, size_);
   const MPI_Datatype type = mpi_type<T>();
   const int n = static_cast<int>(count);
@@ -236,6 +257,7 @@ template <class T> void Communicator::reduce_scatter(const T* send, T* recv, std
 template <class T>
 void Communicator::reduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const {
   check_live("reduce_scatterv");
+  const CommCpuScope cpu_scope;
   if (static_cast<int>(recv_counts.size()) != size_)
     throw core::CommError(fmt::format("wlb::comm: reduce_scatterv on rank {} of {}: recv_counts has {} entries, "
                                       "needs one per rank",
@@ -264,6 +286,7 @@ void Communicator::reduce_scatterv(const T* send, T* recv, const std::vector<int
 
 template <class T> void Communicator::send(const T* data, std::size_t count, int dest, int tag) const {
   check_live("send");
+  const CommCpuScope cpu_scope;
   if (dest < 0 || dest >= size_)
     throw core::CommError(fmt::format("wlb::comm: send from rank {}: destination {} out of range [0, {})", rank_,
                                       dest, size_));
@@ -285,6 +308,7 @@ template <class T> void Communicator::send(const T* data, std::size_t count, int
 
 template <class T> void Communicator::recv(T* data, std::size_t count, int src, int tag) const {
   check_live("recv");
+  const CommCpuScope cpu_scope;
   if (src < 0 || src >= size_)
     throw core::CommError(
         fmt::format("wlb::comm: recv on rank {}: source {} out of range [0, {})", rank_, src, size_));
@@ -313,6 +337,7 @@ template <class T> void Communicator::recv(T* data, std::size_t count, int src, 
 
 void Communicator::barrier() const {
   check_live("barrier");
+  const CommCpuScope cpu_scope;
   if (wait_ == WaitMode::Block) {
     check_rc(MPI_Barrier(comm_), "MPI_Barrier", rank_, size_);
   } else {

@@ -12,6 +12,7 @@
 namespace wlb::io {
 
 namespace {
+constexpr int kFormatVersion = 2;
 const char* const kNames[kNumCategories] = {"plan",     "data",     "forward",   "backward",
                                             "p2p_wait", "tp_comm",  "cp_comm",   "dp_reduce",
                                             "optimizer", "checkpoint", "eval",   "total"};
@@ -46,6 +47,7 @@ hid_t record_type() {
   WLB_FIELD(cp_imbalance, H5T_NATIVE_DOUBLE);
   WLB_FIELD(delay_mean, H5T_NATIVE_DOUBLE);
   WLB_FIELD(delay_max, H5T_NATIVE_DOUBLE);
+  WLB_FIELD(compute_cpu, H5T_NATIVE_DOUBLE);
 #undef WLB_FIELD
   return t;
 }
@@ -58,6 +60,10 @@ hid_t restart_type() {
   H5Tinsert(t, "cp", HOFFSET(RestartRecord, cp), H5T_NATIVE_INT32);
   H5Tinsert(t, "tp", HOFFSET(RestartRecord, tp), H5T_NATIVE_INT32);
   H5Tinsert(t, "unix_time", HOFFSET(RestartRecord, unix_time), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "cost_a", HOFFSET(RestartRecord, cost_a), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "cost_b", HOFFSET(RestartRecord, cost_b), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "cost_c", HOFFSET(RestartRecord, cost_c), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "cost_calibrated", HOFFSET(RestartRecord, cost_calibrated), H5T_NATIVE_INT32);
   return t;
 }
 
@@ -137,6 +143,19 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
       H5E_END_TRY;
       if (impl_->steps < 0 || impl_->restarts < 0)
         throw core::DataError("timing log '" + h5_path + "' exists but lacks /steps or /restarts");
+      int ver = 0;
+      H5E_BEGIN_TRY {
+        hid_t a = H5Aopen(impl_->file, "format_version", H5P_DEFAULT);
+        if (a >= 0) {
+          H5Aread(a, H5T_NATIVE_INT, &ver);
+          H5Aclose(a);
+        }
+      }
+      H5E_END_TRY;
+      if (ver != kFormatVersion)
+        throw core::DataError("timing log '" + h5_path + "' has format_version " + std::to_string(ver) +
+                              "; this wlb4d appends only to version " + std::to_string(kFormatVersion) +
+                              " (set log.timing_file to a new file)");
     } else {
       impl_->file = H5Fcreate(h5_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
       if (impl_->file < 0) throw core::DataError("timing log '" + h5_path + "' cannot be created");
@@ -149,7 +168,7 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
       hid_t a = H5Acreate2(impl_->file, "format", str, s, H5P_DEFAULT, H5P_DEFAULT);
       H5Awrite(a, str, fmt);
       H5Aclose(a);
-      int ver = 1;
+      int ver = kFormatVersion;
       a = H5Acreate2(impl_->file, "format_version", H5T_NATIVE_INT, s, H5P_DEFAULT, H5P_DEFAULT);
       H5Awrite(a, H5T_NATIVE_INT, &ver);
       H5Aclose(a);
@@ -168,7 +187,7 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
       impl_->csv << "step,rank,dp,pp,cp,tp";
       for (int c = 0; c < kNumCategories; ++c) impl_->csv << ",t_" << kNames[c];
       impl_->csv << ",loss,val_loss,grad_norm,lr,tokens,local_tokens,gflops,attn_imbalance,latency_imbalance,"
-                    "cp_imbalance,delay_mean,delay_max\n";
+                    "cp_imbalance,delay_mean,delay_max,compute_cpu\n";
     }
   }
 }
@@ -197,7 +216,7 @@ std::vector<TimingRecord> TimingLog::append(const TimingRecord& mine) {
         impl_->csv << ',' << r.loss << ',' << r.val_loss << ',' << r.grad_norm << ',' << r.lr << ',' << r.tokens
                    << ',' << r.local_tokens << ',' << r.gflops << ',' << r.attn_imbalance << ','
                    << r.latency_imbalance << ',' << r.cp_imbalance << ',' << r.delay_mean << ',' << r.delay_max
-                   << '\n';
+                   << ',' << r.compute_cpu << '\n';
       }
       impl_->csv.flush();
     }

@@ -2,6 +2,7 @@
 #include "wlb4d/train/executor.hpp"
 
 #include "wlb4d/balance/sharding.hpp"
+#include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
 #include "wlb4d/train/batch.hpp"
@@ -15,9 +16,11 @@
 namespace wlb::train {
 
 namespace {
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using core::wall_seconds;
+double now() { return wall_seconds(); }
+
+// CPU seconds of compute: process CPU time minus what communication used.
+double compute_cpu_now() { return core::process_cpu_seconds() - comm::comm_cpu_seconds(); }
 
 // Grow-only device int vector filled from a host vector.
 void upload(IntVec& dst, const std::vector<std::int32_t>& src) {
@@ -240,11 +243,12 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
     const std::int64_t T = in.tokens;
     auto& chunk = *chunks_[vs];
     const int slot = a.micro_batch % slots_;
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
     switch (a.type) {
       case pipeline::ActionType::Forward: {
         Kokkos::fence();
         t0 = now();
+        c0 = compute_cpu_now();
         bind(a.micro_batch);
         auto out = chunk.forward(slot, in, L.recv_act[vs][mb]);
         if (chunk.stage().head) loss += out.loss;
@@ -256,11 +260,13 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
         if (!backward) chunk.discard(slot);
         Kokkos::fence();
         rec.time[io::kForward] += now() - t0;
+        rec.compute_cpu += compute_cpu_now() - c0;
         break;
       }
       case pipeline::ActionType::Backward: {
         Kokkos::fence();
         t0 = now();
+        c0 = compute_cpu_now();
         bind(a.micro_batch);
         auto gin = chunk.backward(slot, in, L.recv_grad[vs][mb], grad_scale);
         if (!chunk.stage().embedding) {
@@ -271,6 +277,7 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
         }
         Kokkos::fence();
         rec.time[io::kBackward] += now() - t0;
+        rec.compute_cpu += compute_cpu_now() - c0;
         break;
       }
       case pipeline::ActionType::SendAct:

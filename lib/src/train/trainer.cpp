@@ -184,6 +184,10 @@ Trainer::Trainer(const core::Config& cfg, const grid::ProcessGrid& grid)
   rr.cp = grid.cp_size();
   rr.tp = grid.tp_size();
   rr.unix_time = double(std::chrono::system_clock::now().time_since_epoch().count()) * 1e-9;
+  rr.cost_a = I.cost.a;
+  rr.cost_b = I.cost.b;
+  rr.cost_c = I.cost.c;
+  rr.cost_calibrated = cfg.balance.calibrate ? 1 : 0;
   I.tlog = std::make_unique<io::TimingLog>(cfg.log.timing_file, cfg.log.csv_file, grid.world(), rr);
 }
 
@@ -390,20 +394,25 @@ StepResult Trainer::run() {
     const bool print = (last.step + 1) % I.cfg.train.print_every == 0 || last.step == 0 ||
                        last.step + 1 == I.cfg.train.steps || last.val_loss >= 0;
     if (print && g.rank() == 0) {
-      double tmin = 1e300, tmax = 0, tsum = 0;
+      double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0;
       for (const auto& r : all) {
         const double c = r.time[io::kForward] + r.time[io::kBackward];
         tmin = std::min(tmin, c);
         tmax = std::max(tmax, c);
         tsum += c;
+        cmax = std::max(cmax, r.compute_cpu);
+        csum += r.compute_cpu;
       }
+      // Measured imbalance: max/mean compute CPU time over ranks (not wall, which
+      // time-slicing inflates when ranks outnumber cores).
+      const double cpu_imb = csum > 0 ? cmax / (csum / double(all.size())) : 1.0;
       std::string val = last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "";
       spdlog::info(
           "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | {:.2f} GFLOP/s | {:.0f} ms"
-          " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f}",
+          " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}",
           last.step + 1, I.cfg.train.steps, last.loss, val, last.lr, last.grad_norm, window_tokens / window_s,
           window_flops / window_s * 1e-9, last.seconds * 1e3, tmin * 1e3, tsum / double(all.size()) * 1e3,
-          tmax * 1e3, last.record.attn_imbalance, last.record.latency_imbalance);
+          tmax * 1e3, last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb);
       window_tokens = window_s = window_flops = 0;
     }
   }

@@ -341,6 +341,10 @@ TEST(Checkpoint, WritesFixturesForToolTests) {
   fs::remove("timing_fixture.h5");
   io::RestartRecord rr;
   rr.pp = 2;
+  rr.cost_a = 1.5e-6;
+  rr.cost_b = 2.5e-9;
+  rr.cost_c = 3e-4;
+  rr.cost_calibrated = 1;
   io::TimingLog log("timing_fixture.h5", "", comm::Communicator::self(), rr);
   for (int s = 0; s < 4; ++s)
     for (int r = 0; r < 2; ++r) {
@@ -360,6 +364,57 @@ TEST(Checkpoint, WritesFixturesForToolTests) {
       rec.attn_imbalance = 1.0 + 0.1 * s;
       rec.latency_imbalance = 1.2;
       rec.cp_imbalance = 1.0;
+      rec.compute_cpu = 0.1 * (r + 1);  // max/mean = 0.2 / 0.15 = 1.333
       log.append(rec);
     }
+}
+
+TEST(TimingLog, RoundTripsCostModelAndComputeCpu) {
+  fs::remove("timing_rt.h5");
+  io::RestartRecord rr;
+  rr.step = 3;
+  rr.cost_a = 1.25e-6;
+  rr.cost_b = 4e-9;
+  rr.cost_c = 7e-5;
+  rr.cost_calibrated = 1;
+  {
+    io::TimingLog log("timing_rt.h5", "", comm::Communicator::self(), rr);
+    io::TimingRecord rec;
+    rec.step = 3;
+    rec.compute_cpu = 0.375;
+    log.append(rec);
+  }
+  const auto starts = io::TimingLog::read_restarts("timing_rt.h5");
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].step, 3);
+  EXPECT_DOUBLE_EQ(starts[0].cost_a, 1.25e-6);
+  EXPECT_DOUBLE_EQ(starts[0].cost_b, 4e-9);
+  EXPECT_DOUBLE_EQ(starts[0].cost_c, 7e-5);
+  EXPECT_EQ(starts[0].cost_calibrated, 1);
+  const auto rows = io::TimingLog::read_steps("timing_rt.h5");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].compute_cpu, 0.375);
+}
+
+// A log of another format version is refused with the file and the rule named,
+// not appended to with a mismatched row layout.
+TEST(TimingLog, RefusesOtherFormatVersion) {
+  fs::remove("timing_v1.h5");
+  {
+    io::TimingLog log("timing_v1.h5", "", comm::Communicator::self(), io::RestartRecord{});
+  }
+  hid_t f = H5Fopen("timing_v1.h5", H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+  const int one = 1;
+  H5Awrite(a, H5T_NATIVE_INT, &one);
+  H5Aclose(a);
+  H5Fclose(f);
+  try {
+    io::TimingLog log("timing_v1.h5", "", comm::Communicator::self(), io::RestartRecord{});
+    FAIL() << "expected DataError";
+  } catch (const core::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("timing log 'timing_v1.h5' has format_version 1"), std::string::npos)
+        << e.what();
+  }
 }

@@ -48,6 +48,13 @@ namespace wlb::comm {
 enum class WaitMode { Yield, Block };
 enum class ReduceOp { Sum, Max, Min };
 
+/// Process CPU seconds spent so far inside Communicator operations (all
+/// communicators of this process, both wait modes; polling and MPI's own
+/// reduction arithmetic included). Monotonic; take differences around a
+/// region to remove communication from its CPU time (train::Executor's
+/// compute CPU time).
+double comm_cpu_seconds();
+
 /// A communicator over one group of ranks (one grid axis, or DP×CP).
 /// Copyable handle; the underlying MPI_Comm is owned by whoever created it
 /// (ProcessGrid) unless created with `owns = true`.

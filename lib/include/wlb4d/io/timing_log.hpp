@@ -9,8 +9,11 @@
 ///              (step, rank), chunked; appended by rank 0 after each step.
 ///   /restarts  1-D extendible compound dataset of RestartRecord, one row per
 ///              start of the trainer (first start included).
-///   attributes on /: format = "wlb4d-timing", format_version = 1.
-/// All times are wall seconds measured after Kokkos::fence().
+///   attributes on /: format = "wlb4d-timing", format_version = 2.
+/// All times are wall seconds measured after Kokkos::fence(), except
+/// TimingRecord::compute_cpu (process CPU seconds).
+/// Version 2 added compute_cpu and the cost-model columns of /restarts; a
+/// version-1 file is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
 
@@ -58,6 +61,11 @@ struct TimingRecord {
   double cp_imbalance = 1;    ///< max/mean attention work over CP ranks
   double delay_mean = 0;      ///< mean outlier delay (steps) of documents trained this step
   double delay_max = 0;       ///< max outlier delay (steps)
+  /// Process CPU seconds of forward+backward compute, communication calls
+  /// excluded (comm::comm_cpu_seconds). Unlike wall time it is not inflated
+  /// by time-slicing when ranks outnumber cores, so max/mean of it over ranks
+  /// is the measured compute imbalance the balancer aims to remove.
+  double compute_cpu = 0;
 };
 
 /// One row of /restarts.
@@ -65,6 +73,10 @@ struct RestartRecord {
   std::int64_t step = 0;           ///< first step run by this start
   std::int32_t dp = 1, pp = 1, cp = 1, tp = 1;
   double unix_time = 0;            ///< seconds since the epoch
+  /// Balancing cost model this start planned with (balance::CostModel,
+  /// WLB-LLM Eq. 2 per layer): a [s/token], b [s/token²], c [s/micro-batch].
+  double cost_a = 0, cost_b = 0, cost_c = 0;
+  std::int32_t cost_calibrated = 0;  ///< 1: measured at start-up; 0: from the deck
 };
 
 /// Collective writer: every rank calls append(); rank 0 gathers and writes.
