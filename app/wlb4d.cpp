@@ -31,9 +31,12 @@ int main(int argc, char** argv) {
     const auto& p = cfg.parallel;
     grid::ProcessGrid grid(p.dp, p.pp, p.cp, p.tp,
                            cfg.comm.wait == "block" ? comm::WaitMode::Block : comm::WaitMode::Yield);
-    spdlog::info("wlb4d {} ({}) | deck {} | {} ranks: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}",
+    grid.use_backend(cfg.comm.backend);  // before the Trainer copies the communicators
+    spdlog::info("wlb4d {} ({}) | deck {} | {} ranks: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}"
+                 " | kokkos {} | device collectives {}",
                  core::kVersion, core::kGitSha, cfg.deck_path.empty() ? "(defaults)" : cfg.deck_path,
-                 grid.world_size(), p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding);
+                 grid.world_size(), p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding,
+                 ExecSpace::name(), grid.dpcp().device_backend());
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();

@@ -14,6 +14,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <ctime>
 #include <climits>
 #include <cstdint>
 #include <algorithm>
@@ -143,11 +144,27 @@ void Communicator::wait(MPI_Request& req, MPI_Status* status) const {
     check_rc(MPI_Wait(&req, status), "MPI_Wait", rank_, size_);
     return;
   }
+  // Poll with sched_yield() for the first kSpinSeconds (a message in flight
+  // completes within it), then also sleep between polls, doubling from 20 µs
+  // to kMaxSleep: a rank idle for long (a pipeline bubble, rank 0 calibrating)
+  // must not take CPU from the ranks doing the work, which sched_yield alone
+  // does not prevent when every core has several yielding ranks.
+  constexpr double kSpinSeconds = 2e-4;
+  constexpr long kMaxSleepNs = 200000;
   int flag = 0;
+  double t0 = -1;
+  long sleep_ns = 20000;
   for (;;) {
     check_rc(MPI_Test(&req, &flag, status), "MPI_Test", rank_, size_);
     if (flag) return;
     sched_yield();  // give the core to an oversubscribed neighbour
+    const double t = core::wall_seconds();
+    if (t0 < 0) t0 = t;
+    if (t - t0 > kSpinSeconds) {
+      timespec ts{0, sleep_ns};
+      nanosleep(&ts, nullptr);
+      sleep_ns = std::min(2 * sleep_ns, kMaxSleepNs);
+    }
   }
 }
 

@@ -216,6 +216,30 @@ WLB4D_NCCL_INSTANTIATE(signed char)
 WLB4D_NCCL_INSTANTIATE(unsigned char)
 #undef WLB4D_NCCL_INSTANTIATE
 
+namespace {
+class NcclDeviceCollectives final : public DeviceCollectives {
+ public:
+  explicit NcclDeviceCollectives(NcclCommunicator c) : c_(std::move(c)) {}
+  const char* name() const override { return "nccl"; }
+  void allreduce(float* d, std::size_t n, ReduceOp op) const override { c_.allreduce(d, n, op); }
+  void allreduce(double* d, std::size_t n, ReduceOp op) const override { c_.allreduce(d, n, op); }
+  void allgatherv(const float* s, std::size_t sn, float* r, const std::vector<int>& counts,
+                  const std::vector<int>& displs) const override {
+    c_.allgatherv(s, sn, r, counts, displs);
+  }
+  void reduce_scatterv(const float* s, float* r, const std::vector<int>& counts) const override {
+    c_.reduce_scatterv(s, r, counts);
+  }
+
+ private:
+  NcclCommunicator c_;
+};
+}  // namespace
+
+std::shared_ptr<const DeviceCollectives> make_nccl_collectives(const Communicator& mpi) {
+  return std::make_shared<NcclDeviceCollectives>(NcclCommunicator(mpi, nullptr, mpi.wait_mode()));
+}
+
 }  // namespace wlb::comm
 
 #endif  // WLB4D_HAVE_NCCL

@@ -3,6 +3,9 @@
 #include "wlb4d/grid/process_grid.hpp"
 
 #include "wlb4d/core/error.hpp"
+#if defined(WLB4D_HAVE_NCCL)
+#include "wlb4d/comm/nccl_communicator.hpp"
+#endif
 
 #include <fmt/format.h>
 
@@ -65,6 +68,24 @@ const comm::Communicator& ProcessGrid::axis(Axis a) const {
     case Axis::TP: return tp_;
   }
   return world_;
+}
+
+void ProcessGrid::use_backend(const std::string& backend) {
+  if (backend == "mpi") return;
+  if (backend != "nccl") throw core::ConfigError("comm.backend='" + backend + "' must be one of: mpi, nccl");
+#if defined(WLB4D_HAVE_NCCL)
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    throw core::ConfigError(std::string("comm.backend=nccl needs device buffers, but this build's Kokkos memory "
+                                        "space is ") +
+                            MemSpace::name() + " (configure Kokkos with CUDA, or set comm.backend=mpi)");
+  } else {
+    for (comm::Communicator* c : {&tp_, &cp_, &dp_, &dpcp_}) c->attach_device(comm::make_nccl_collectives(*c));
+  }
+#else
+  throw core::ConfigError(
+      "comm.backend=nccl: this build has no NCCL backend (configure with -DWLB4D_ENABLE_CUDA=ON against a "
+      "CUDA-enabled Kokkos, or set comm.backend=mpi)");
+#endif
 }
 
 }  // namespace wlb::grid

@@ -353,7 +353,7 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
 #endif
   if (tp.size() > 1) {
     Kokkos::fence();
-    tp.allreduce(mx.data(), std::size_t(T), comm::ReduceOp::Max);
+    tp.allreduce_device(mx.data(), std::size_t(T), comm::ReduceOp::Max);
   }
 #ifdef WLB4D_VEXP
   Kokkos::parallel_for(
@@ -395,7 +395,7 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
 #endif
   if (tp.size() > 1) {
     Kokkos::fence();
-    tp.allreduce(se.data(), std::size_t(2 * T), comm::ReduceOp::Sum);
+    tp.allreduce_device(se.data(), std::size_t(2 * T), comm::ReduceOp::Sum);
   }
   double loss = 0;
   Kokkos::parallel_reduce(

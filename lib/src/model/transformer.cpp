@@ -135,7 +135,7 @@ void Transformer<Scalar>::allreduce_tp(const View2<Scalar>& x) const {
   if (tp_.size() > 1) {
     Kokkos::fence();
     const auto t0 = std::chrono::steady_clock::now();
-    tp_.allreduce(x.data(), x.span(), comm::ReduceOp::Sum);
+    tp_.allreduce_device(x.data(), x.span(), comm::ReduceOp::Sum);
     tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 }

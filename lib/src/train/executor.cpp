@@ -19,6 +19,9 @@ namespace {
 using core::wall_seconds;
 double now() { return wall_seconds(); }
 
+// Model buffers are host memory (Serial/OpenMP Kokkos): MPI sends them directly.
+constexpr bool kHostBuffers = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
 // CPU seconds of compute: process CPU time minus what communication used.
 double compute_cpu_now() { return core::process_cpu_seconds() - comm::comm_cpu_seconds(); }
 
@@ -66,7 +69,7 @@ class CpKvExchange final : public model::KvExchange<float> {
     const std::size_t mine = std::size_t(counts_[std::size_t(cp_.rank())]);
     for (auto pr : {std::make_pair(k, kg_), std::make_pair(v, vg_)}) {
       Kokkos::fence();
-      cp_.allgatherv(pr.first.data(), mine, tmp_.data(), counts_, displs_);
+      cp_.allgatherv_device(pr.first.data(), mine, tmp_.data(), counts_, displs_);
       permute(tmp_, pr.second, /*to_packed=*/true);
     }
     Kokkos::fence();
@@ -82,7 +85,7 @@ class CpKvExchange final : public model::KvExchange<float> {
     for (auto pr : {std::make_pair(dk_all, dk), std::make_pair(dv_all, dv)}) {
       permute(pr.first, tmp_, /*to_packed=*/false);
       Kokkos::fence();
-      cp_.reduce_scatterv(tmp_.data(), pr.second.data(), counts_);
+      cp_.reduce_scatterv_device(tmp_.data(), pr.second.data(), counts_);
     }
     Kokkos::fence();
     seconds += now() - t0;
@@ -285,7 +288,14 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
         t0 = now();
         const auto& buf = a.type == pipeline::ActionType::SendAct ? L.out_act[vs][mb] : L.send_grad[vs][mb];
         Kokkos::fence();
-        pp.send(buf.data(), std::size_t(T * d), a.peer, pipeline::p2p_tag(a, grid_.pp_rank(), p));
+        const int tag = pipeline::p2p_tag(a, grid_.pp_rank(), p);
+        if constexpr (kHostBuffers) {
+          pp.send(buf.data(), std::size_t(T * d), a.peer, tag);
+        } else {  // MPI on host memory: stage through a host buffer (NCCL p2p matches by order, not tag)
+          auto h = staging(T * d);
+          Kokkos::deep_copy(h, View1<float>(buf.data(), std::size_t(T * d)));
+          pp.send(h.data(), std::size_t(T * d), a.peer, tag);
+        }
         rec.time[io::kP2PWait] += now() - t0;
         break;
       }
@@ -294,7 +304,14 @@ double Executor::run(bool backward, double grad_scale, io::TimingRecord& rec) {
         t0 = now();
         auto& buf = a.type == pipeline::ActionType::RecvAct ? L.recv_act[vs][mb] : L.recv_grad[vs][mb];
         buf = grow(buf, T, d, "pp_recv");
-        pp.recv(buf.data(), std::size_t(T * d), a.peer, pipeline::p2p_tag(a, grid_.pp_rank(), p));
+        const int tag = pipeline::p2p_tag(a, grid_.pp_rank(), p);
+        if constexpr (kHostBuffers) {
+          pp.recv(buf.data(), std::size_t(T * d), a.peer, tag);
+        } else {
+          auto h = staging(T * d);
+          pp.recv(h.data(), std::size_t(T * d), a.peer, tag);
+          Kokkos::deep_copy(View1<float>(buf.data(), std::size_t(T * d)), h);
+        }
         rec.time[io::kP2PWait] += now() - t0;
         break;
       }

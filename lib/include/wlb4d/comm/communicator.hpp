@@ -10,7 +10,14 @@
 /// Waiting: with WaitMode::Yield the MPI backend posts nonblocking calls and
 /// completes them with MPI_Test + sched_yield(), so oversubscribed ranks give
 /// up their core instead of busy-polling (MPICH: 16 ranks on 2 cores, 200
-/// allreduces of 256 KB: 63 s blocking vs 0.8 s polite, DESIGN §4).
+/// allreduces of 256 KB: 63 s blocking vs 0.8 s polite, DESIGN §4); after
+/// 200 µs without completion it also sleeps between polls (20 µs doubling to
+/// 200 µs), so long-idle ranks (pipeline bubbles) leave the cores to workers.
+///
+/// Device buffers: the *_device calls (and the View conveniences for Views
+/// whose memory the host cannot access) go to the attached DeviceCollectives
+/// (NCCL, see attach_device and grid::ProcessGrid::use_backend); without one
+/// they use MPI, which is right on host backends where device == host.
 /// WaitMode::Block uses plain blocking calls (dedicated nodes).
 ///
 /// All buffers are contiguous Kokkos Views (any rank, LayoutRight) in MemSpace
@@ -47,6 +54,21 @@ namespace wlb::comm {
 
 enum class WaitMode { Yield, Block };
 enum class ReduceOp { Sum, Max, Min };
+
+/// Collectives on device buffers (float/double; counts in elements), the
+/// interface an accelerator backend implements (NCCL: nccl_communicator.hpp,
+/// make_nccl_collectives). Collective over the same ranks, in the same rank
+/// order, as the Communicator it is attached to.
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  virtual const char* name() const = 0;
+  virtual void allreduce(float* data, std::size_t count, ReduceOp op) const = 0;
+  virtual void allreduce(double* data, std::size_t count, ReduceOp op) const = 0;
+  virtual void allgatherv(const float* send, std::size_t send_count, float* recv, const std::vector<int>& counts,
+                          const std::vector<int>& displs) const = 0;
+  virtual void reduce_scatterv(const float* send, float* recv, const std::vector<int>& counts) const = 0;
+};
 
 /// Process CPU seconds spent so far inside Communicator operations (all
 /// communicators of this process, both wait modes; polling and MPI's own
@@ -93,9 +115,44 @@ class Communicator {
   template <class T> void recv(T* data, std::size_t count, int src, int tag) const;
   void barrier() const;
 
+  // ---- device buffers (model activations, gradients) ---------------------------
+  /// Attaches the backend used for device buffers (nullptr: MPI for all).
+  void attach_device(std::shared_ptr<const DeviceCollectives> d) { device_ = std::move(d); }
+  /// The attached device backend's name, or "mpi".
+  const char* device_backend() const { return device_ ? device_->name() : "mpi"; }
+  /// As allreduce/allgatherv/reduce_scatterv, on buffers in MemSpace: through
+  /// the attached DeviceCollectives, or MPI when none is attached.
+  template <class T> void allreduce_device(T* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const {
+    if (device_) {
+      device_->allreduce(data, count, op);
+    } else {
+      allreduce(data, count, op);
+    }
+  }
+  void allgatherv_device(const float* send, std::size_t send_count, float* recv, const std::vector<int>& counts,
+                         const std::vector<int>& displs) const {
+    if (device_) {
+      device_->allgatherv(send, send_count, recv, counts, displs);
+    } else {
+      allgatherv(send, send_count, recv, counts, displs);
+    }
+  }
+  void reduce_scatterv_device(const float* send, float* recv, const std::vector<int>& counts) const {
+    if (device_) {
+      device_->reduce_scatterv(send, recv, counts);
+    } else {
+      reduce_scatterv(send, recv, counts);
+    }
+  }
+
   // ---- View conveniences (contiguous Views) ------------------------------------
+  /// Views the host cannot access (CudaSpace) go through allreduce_device.
   template <class V> void allreduce(const V& v, ReduceOp op = ReduceOp::Sum) const {
-    allreduce(v.data(), v.span(), op);
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible) {
+      allreduce(v.data(), v.span(), op);
+    } else {
+      allreduce_device(v.data(), v.span(), op);
+    }
   }
   template <class V> void broadcast(const V& v, int root) const { broadcast(v.data(), v.span(), root); }
   template <class V> void send(const V& v, int dest, int tag) const { send(v.data(), v.span(), dest, tag); }
@@ -118,6 +175,7 @@ class Communicator {
   WaitMode wait_ = WaitMode::Yield;
   int rank_ = 0;
   int size_ = 1;
+  std::shared_ptr<const DeviceCollectives> device_;
 };
 
 /// MPI datatype of T (float, double, int32, int64, uint32, uint64, char,

@@ -103,6 +103,11 @@ class NcclCommunicator {
 /// NCCL datatype of T (float, double, int32, int64, uint32, uint64, char, int8, uint8).
 template <class T> ncclDataType_t nccl_type();
 
+/// A NcclCommunicator over the ranks of `mpi` (same rank order, same wait
+/// mode, default stream) as the DeviceCollectives to attach to `mpi`.
+/// Collective over `mpi`. \throws CommError as NcclCommunicator's constructor.
+std::shared_ptr<const DeviceCollectives> make_nccl_collectives(const Communicator& mpi);
+
 }  // namespace wlb::comm
 
 #endif  // WLB4D_HAVE_NCCL

@@ -65,6 +65,17 @@ class ProcessGrid {
   /// Communicator of one axis (tp(), cp(), dp() or pp()).
   const comm::Communicator& axis(Axis a) const;
 
+  /// Selects the backend of device-buffer collectives (deck key comm.backend):
+  /// "mpi" (nothing attached) or "nccl": one NCCL communicator per group
+  /// (tp, cp, dp, dpcp), created from the MPI communicators (rank 0 of each
+  /// group makes the unique id, MPI broadcasts it) and attached to them.
+  /// Pipeline send/recv and host scalars stay on MPI. Collective over the
+  /// world; call before the communicators are copied (before the Trainer).
+  /// \throws core::ConfigError (every rank alike) for "nccl" when this build
+  /// has no NCCL (WLB4D_ENABLE_CUDA=OFF) or Kokkos' memory space is host
+  /// memory (NCCL needs device buffers); \throws CommError if NCCL fails.
+  void use_backend(const std::string& backend);
+
   bool is_first_stage() const { return coords_.pp == 0; }
   bool is_last_stage() const { return coords_.pp + 1 == layout_.pp(); }
   /// World rank of the previous / next pipeline stage (same dp, cp, tp), -1 if

@@ -6,7 +6,9 @@
 /// seconds ≈ c + a·Σd + b·Σd² per layer with balance::fit.
 ///
 /// Timing runs on world rank 0 only and the coefficients are broadcast, so
-/// every rank plans with the same cost model (plans must be identical).
+/// every rank plans with the same cost model (plans must be identical). Each
+/// sample is min(wall, process CPU) seconds, so the fit is not inflated when
+/// the node is oversubscribed (the other ranks wait politely meanwhile).
 
 #include "wlb4d/balance/cost_model.hpp"
 #include "wlb4d/comm/communicator.hpp"

@@ -74,6 +74,14 @@ class Executor {
   std::shared_ptr<CpKvExchange> kvx_;
   struct Loaded;
   std::unique_ptr<Loaded> loaded_;
+  /// Host staging of pipeline messages when model buffers are device memory
+  /// (grow-only, so the steady state allocates nothing).
+  HostView1<float> pp_host_;
+  HostView1<float> staging(std::int64_t n) {
+    if (std::int64_t(pp_host_.extent(0)) < n)
+      pp_host_ = HostView1<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "pp_host"), n);
+    return Kokkos::subview(pp_host_, std::pair<std::int64_t, std::int64_t>(0, n));
+  }
   std::int64_t local_tokens_ = 0;
 };
 
