@@ -288,12 +288,17 @@ class WlbPacker final : public PackerBase {
 
   StepPlan plan_step(std::int64_t step, DocSource& src) override {
     const std::int64_t smax = p_.cap();
+    // Documents are cut at the context window (max_seq_len), not at S_max: a
+    // micro-batch may hold more tokens than the window so that short documents
+    // can match a long one's cost (reference §2.2), but no attention span is
+    // longer than the window — as in fixed/greedy, whose costs it must beat.
+    const std::int64_t window = std::min(p_.max_seq_len, smax);
     const std::size_t n = static_cast<std::size_t>(p_.micro_batches);
-    // 1-2: budget, cut to S_max, outliers to their queues.
+    // 1-2: budget, cut to the window, outliers to their queues.
     std::vector<Item> fresh;
     for (Item it : draw_budget(step, src)) {
       while (it.length > 0) {
-        Item piece{it.doc_id, it.offset, std::min(smax, it.length), it.arrival};
+        Item piece{it.doc_id, it.offset, std::min(window, it.length), it.arrival};
         it.offset += piece.length;
         it.length -= piece.length;
         const int lvl = level(piece.length);
@@ -575,7 +580,7 @@ std::vector<std::int64_t> choose_outlier_thresholds(const std::vector<std::int64
                                                     const PackerParams& params, const CostModel& cost, int steps,
                                                     double max_mean_delay, std::vector<ThresholdTrial>* trials) {
   if (sample.empty()) throw ConfigError("outlier threshold tuning needs a non-empty length sample");
-  const std::int64_t smax = params.cap();
+  const std::int64_t smax = std::min(params.cap(), params.max_seq_len);  // longest piece: the window
   std::vector<std::int64_t> cand;
   for (int div : {32, 16, 8, 4, 2}) {
     const std::int64_t x = std::max<std::int64_t>(1, smax / div);

@@ -51,6 +51,9 @@ std::vector<StepPlan> run_checked(Packer& pk, VectorDocSource& src, const std::v
       EXPECT_EQ(plan.sharding[r].size(), plan.micro_batches[r].size());
       for (const auto& mb : plan.micro_batches[r]) {
         EXPECT_FALSE(mb.spans.empty()) << "empty micro-batch at step " << s;
+        // No attention span exceeds the context window, even where a wlb
+        // micro-batch may hold more tokens (max_tokens > max_seq_len).
+        for (const auto& sp : mb.spans) EXPECT_LE(sp.length, p.max_seq_len) << "step " << s;
         if (p.kind == "wlb") {
           EXPECT_LE(mb.tokens(), p.cap());
         } else {

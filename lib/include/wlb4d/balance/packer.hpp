@@ -39,8 +39,10 @@
 ///     by cost (longest-processing-time first, micro_batches/dp each).
 ///   * `wlb` — Algorithm 1 (§2.4, paper §4.3) with multi-level outlier queues
 ///     (§2.3) and a bounded wait:
-///       1. the step's budget B is drawn; pieces longer than max_tokens
-///          (S_max) are cut into pieces of <= S_max;
+///       1. the step's budget B is drawn; documents longer than the context
+///          window (max_seq_len) are cut into pieces of <= max_seq_len (a
+///          micro-batch may hold up to S_max = max_tokens >= max_seq_len
+///          tokens of several documents, reference §2.2);
 ///       2. a piece with d >= L_1 goes to outlier queue i (L_i <= d < L_{i+1});
 ///          others are new documents;
 ///       3. a queue holding >= N = micro_batches pieces releases its N oldest
