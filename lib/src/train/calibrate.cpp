@@ -28,7 +28,7 @@ Calibration calibrate_cost_model(const core::ModelConfig& model, std::int64_t ma
     View2<float> x("calib_x", max_tokens, d), dy("calib_dy", max_tokens, d);
     Kokkos::deep_copy(x, 0.1f);
     Kokkos::deep_copy(dy, 1e-3f);
-    for (std::int64_t T : {max_tokens / 2, max_tokens}) {
+    for (std::int64_t T : {max_tokens / 4, max_tokens / 2, max_tokens}) {  // three lengths separate a from c
       for (std::int64_t ndocs : {1, 4, 16, 64}) {
         if (T / ndocs < 1) continue;
         std::vector<std::int64_t> cu{0};

@@ -26,7 +26,7 @@ struct Calibration {
 };
 
 /// Times one layer of `model` (tp = 1, no embedding/head) on packed
-/// micro-batches of `max_tokens` and `max_tokens/2` tokens cut into 1, 4, 16
+/// micro-batches of `max_tokens`, `max_tokens/2` and `max_tokens/4` tokens cut into 1, 4, 16
 /// and 64 equal documents; best of `repeats` runs per shape. Collective over
 /// `world` (rank 0 measures, everyone receives the result).
 /// \throws core::DataError if the fit fails.
