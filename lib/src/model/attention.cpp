@@ -6,9 +6,11 @@
 ///    head dim is padded to Dp (a multiple of the micro-kernel width CB) so the
 ///    innermost loops are fixed-width, contiguous and vectorise on the host
 ///    without -ffast-math (no floating-point reassociation needed).
-///  * Every tile product is a small GEMM done by `team_gemm`: the output is
-///    cut into RB × CB register blocks, one per team thread, each computed as
-///    a sum of rank-1 updates (broadcast A, contiguous B row). K is stored
+///  * Every tile product is a small GEMM (team_gemm_banded / _krange): the
+///    output is cut into RB × CB register blocks, one per team thread, each
+///    computed as a sum of rank-1 updates (broadcast A, contiguous B row);
+///    blocks and reduction ranges that the document mask zeroes are skipped,
+///    so short documents cost in proportion to their pairs. K is stored
 ///    transposed in scratch (Kt[d][j]) so S = Q·Kᵀ is such a product too.
 ///  * Phases inside a team are separated by team_barrier(); each phase writes
 ///    disjoint data (rows or blocks), so there are no races on any backend.
@@ -34,10 +36,12 @@ using Member = Policy::member_type;
 template <class T>
 using Scratch = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
 
-// Tile sizes. Measured on the host (Serial, fp32, D=64, default flags):
-// 32/64/128-square tiles give 9.3/9.7/9.5 GFLOP/s fwd+bwd on one 1024-token
-// document and 5.4/4.6/2.8 on 16 × 64-token documents (smaller tiles waste
-// less on the masked half of diagonal tiles). 64 is the compromise. RB × CB is the register
+// Tile sizes. Measured on the host (Serial, fp32, D=64, default flags), before
+// the masked-block skipping below: 32/64/128-square tiles gave 9.3/9.7/9.5
+// GFLOP/s fwd+bwd on one 1024-token document and 5.4/4.6/2.8 on 16 × 64-token
+// documents (smaller tiles wasted less on the masked half of diagonal tiles).
+// With the skipping, the instruction counts (callgrind, 16 × 64 tokens, 4 heads)
+// are 52.8/47.2/47.8 M for 32/64/128: 64 stays. RB × CB is the register
 // block of the tile GEMM: 4 rows × two SIMD vectors (8 accumulators, which
 // leaves registers for the B row and the broadcast with SSE2's 16 xmm; 16
 // accumulators spilled to the stack).
@@ -122,19 +126,88 @@ KOKKOS_INLINE_FUNCTION void gemm_block(int K, const Scalar* KOKKOS_RESTRICT A, i
 #endif
 }
 
-/// Team-parallel C (M × N) (+)= A (M × K) · B (K × N); M % RB == 0, N % CB == 0;
-/// A is row-major (ATrans: given as Aᵀ, K × M row-major) with leading dim lda.
-template <class Scalar, bool ATrans = false>
-KOKKOS_INLINE_FUNCTION void team_gemm(const Member& t, int M, int N, int K, const Scalar* A,
-                                      int lda, const Scalar* B, int ldb, Scalar* C, int ldc,
-                                      bool accumulate) {
+/// Masked tile products. A tile pair of a document-causal mask is mostly
+/// empty near document boundaries (diagonal tiles are half masked, and a tile
+/// holding several short documents is block-diagonal), so the products skip
+/// what the mask zeroes, per register-block row band (RB rows):
+///  * band_ranges: for each band of query rows, the hull [blo, bhi] of the
+///    allowed keys of its rows, relative to the key tile (empty: blo > bhi);
+///  * team_gemm_banded: S = A·B only for the CB-wide column blocks that meet
+///    the band's hull (the others are left unwritten and never read: the
+///    softmax rows read [jb, je] only and zero the rest of the row);
+///  * team_gemm_krange: C += A·B with the reduction of band b restricted to
+///    [klo[b], khi[b]]. The terms left out are products with exact zeros
+///    (masked P / dS entries), so the sums are unchanged.
+/// The hulls are per band, the same for all threads after a team_barrier.
+KOKKOS_INLINE_FUNCTION void band_ranges(const Member& t, const int* lo, const int* hi, int nq, int M,
+                                        int j0, int nk, int* blo, int* bhi) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, M / kRB), [&](const int b) {
+    int a = kNoKey, z = -1;
+    const int r1 = wlb::kmath::min(b * kRB + kRB, nq);
+    for (int r = b * kRB; r < r1; ++r) {
+      const int jb = wlb::kmath::max(lo[r] - j0, 0);
+      const int je = wlb::kmath::min(hi[r] - j0, nk - 1);
+      if (jb > je) continue;
+      a = wlb::kmath::min(a, jb);
+      z = wlb::kmath::max(z, je);
+    }
+    blo[b] = a;
+    bhi[b] = z;
+  });
+}
+
+/// For each band of kRB keys of the tile (Mk keys), the hull of the query
+/// rows (< nq) that may see one of them: the reduction range of dV += Pᵀ·dO
+/// and dK += dSᵀ·Q.
+KOKKOS_INLINE_FUNCTION void key_band_ranges(const Member& t, const int* lo, const int* hi, int nq,
+                                            int Mk, int j0, int nk, int* klo, int* khi) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, Mk / kRB), [&](const int b) {
+    const int c0 = j0 + b * kRB, c1 = wlb::kmath::min(c0 + kRB - 1, j0 + nk - 1);
+    // lo/hi are already clamped to [0, S-1]: row r sees a key of the band
+    // iff lo[r] <= c1 and hi[r] >= c0 (and its range is not empty). Scan from
+    // both ends: an unmasked tile pair stops at once.
+    auto sees = [&](int r) { return lo[r] <= hi[r] && lo[r] <= c1 && hi[r] >= c0; };
+    int a = 0;
+    while (a < nq && !sees(a)) ++a;
+    int z = nq - 1;
+    while (z > a && !sees(z)) --z;
+    klo[b] = a < nq ? a : kNoKey;
+    khi[b] = a < nq ? z : -1;
+  });
+}
+
+/// C (M × N) = A (M × K) · B, only the column blocks meeting [blo[b], bhi[b]].
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION void team_gemm_banded(const Member& t, int M, int N, int K, const Scalar* A,
+                                             int lda, const Scalar* B, int ldb, Scalar* C, int ldc,
+                                             const int* blo, const int* bhi) {
   constexpr int CB = BlockCols<Scalar>::value;
   const int nbn = N / CB;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(t, (M / kRB) * nbn), [&](const int b) {
-    const int m0 = (b / nbn) * kRB;
+    const int band = b / nbn;
     const int n0 = (b % nbn) * CB;
-    gemm_block<Scalar, CB, ATrans>(K, ATrans ? A + m0 : A + m0 * lda, lda, B + n0, ldb,
-                                   C + m0 * ldc + n0, ldc, accumulate);
+    if (blo[band] > n0 + CB - 1 || bhi[band] < n0) return;
+    gemm_block<Scalar, CB, false>(K, A + band * kRB * lda, lda, B + n0, ldb,
+                                  C + band * kRB * ldc + n0, ldc, false);
+  });
+}
+
+/// C (M × N) += A · B with the reduction of row band b over [klo[b], khi[b]]
+/// only (nothing if empty). ATrans: A is given transposed (K × M row-major).
+template <class Scalar, bool ATrans = false>
+KOKKOS_INLINE_FUNCTION void team_gemm_krange(const Member& t, int M, int N, const Scalar* A, int lda,
+                                             const Scalar* B, int ldb, Scalar* C, int ldc,
+                                             const int* klo, const int* khi) {
+  constexpr int CB = BlockCols<Scalar>::value;
+  const int nbn = N / CB;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, (M / kRB) * nbn), [&](const int b) {
+    const int band = b / nbn;
+    const int m0 = band * kRB, n0 = (b % nbn) * CB;
+    const int k0 = klo[band], k1 = khi[band];
+    if (k0 > k1) return;
+    const Scalar* a = ATrans ? A + k0 * lda + m0 : A + m0 * lda + k0;
+    gemm_block<Scalar, CB, ATrans>(k1 - k0 + 1, a, lda, B + k0 * ldb + n0, ldb, C + m0 * ldc + n0,
+                                   ldc, true);
   });
 }
 
@@ -163,6 +236,39 @@ KOKKOS_INLINE_FUNCTION void load_rows(const Member& t, const View3<const Scalar>
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION void load_rows_t(const Member& t, const View3<const Scalar>& x, int r0,
                                         int n, int h, int D, int Dp, Scalar* tile) {
+#ifdef WLB4D_ATTN_HOST_SIMD
+  // Host: W rows at a time, one vector (W consecutive columns of the tile)
+  // per d, stored contiguously: a scalar scatter down the columns costs ~5
+  // instructions per element, this ~1.5.
+  typedef Scalar vec __attribute__((vector_size(kSimdBytes)));
+  constexpr int W = kSimdBytes / static_cast<int>(sizeof(Scalar));
+  static_assert(kBK % W == 0, "key tile must hold whole vectors");
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBK / W), [&](const int b) {
+    const int c0 = b * W;
+    if (c0 + W <= n) {
+      const Scalar* src[W];
+      for (int i = 0; i < W; ++i) src[i] = &x(r0 + c0 + i, h, 0);
+      for (int d = 0; d < D; ++d) {
+        vec v;
+        for (int i = 0; i < W; ++i) v[i] = src[i][d];
+        __builtin_memcpy(tile + d * kBK + c0, &v, sizeof(vec));
+      }
+      for (int d = D; d < Dp; ++d)
+        for (int i = 0; i < W; ++i) tile[d * kBK + c0 + i] = Scalar(0);
+    } else {
+      for (int r = c0; r < c0 + W; ++r) {
+        Scalar* dst = tile + r;
+        if (r < n) {
+          const Scalar* KOKKOS_RESTRICT src = &x(r0 + r, h, 0);
+          for (int d = 0; d < D; ++d) dst[d * kBK] = src[d];
+          for (int d = D; d < Dp; ++d) dst[d * kBK] = Scalar(0);
+        } else {
+          for (int d = 0; d < Dp; ++d) dst[d * kBK] = Scalar(0);
+        }
+      }
+    }
+  });
+#else
   Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBK), [&](const int r) {
     Scalar* dst = tile + r;
     if (r < n) {
@@ -173,6 +279,7 @@ KOKKOS_INLINE_FUNCTION void load_rows_t(const Member& t, const View3<const Scala
       for (int d = 0; d < Dp; ++d) dst[d * kBK] = Scalar(0);
     }
   });
+#endif
 }
 
 /// Loads the clamped key range of rows [i0, i0+n) into lo/hi (empty: lo > hi).
@@ -238,9 +345,36 @@ KOKKOS_INLINE_FUNCTION void softmax_grad_row(Scalar* s, Scalar* dp, int lo, int 
 template <class Scalar>
 KOKKOS_INLINE_FUNCTION Scalar row_dot(const View3<const Scalar>& dout, const View3<const Scalar>& out,
                                       int i, int h, int D) {
+  // Restrict pointers to the contiguous rows (LayoutRight): through the View
+  // operator every term recomputes a 3-D offset.
+  const Scalar* KOKKOS_RESTRICT a = &dout(i, h, 0);
+  const Scalar* KOKKOS_RESTRICT b = &out(i, h, 0);
   Scalar acc = 0;
-  for (int d = 0; d < D; ++d) acc += dout(i, h, d) * out(i, h, d);
+  for (int d = 0; d < D; ++d) acc += a[d] * b[d];
   return acc;
+}
+
+/// Scores of one (query tile, key tile) pair in the backward, shared by both
+/// backward kernels (FA-2 Alg. 2 lines 8-11): S = (scale·Q)·Kᵀ and dP = dO·Vᵀ
+/// on the blocks the mask leaves, then P and dS = P ∘ (dP - D) row by row
+/// (padded rows zero). blo/bhi: band_ranges of the pair. Ends on a barrier.
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION void backward_scores(const Member& t, int nq, int M, int N, int D, int Dp,
+                                            int j0, int nk, const Scalar* Qs, const Scalar* dOs,
+                                            const Scalar* Kt, const Scalar* Vt, const int* lo,
+                                            const int* hi, const int* blo, const int* bhi,
+                                            const Scalar* lse_s, const Scalar* D_s, Scalar* Sb,
+                                            Scalar* dPb) {
+  team_gemm_banded<Scalar>(t, M, N, D, Qs, Dp, Kt, kBK, Sb, kBK, blo, bhi);
+  team_gemm_banded<Scalar>(t, M, N, D, dOs, Dp, Vt, kBK, dPb, kBK, blo, bhi);
+  t.team_barrier();
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, M), [&](const int r) {
+    if (r < nq)
+      softmax_grad_row(Sb + r * kBK, dPb + r * kBK, lo[r], hi[r], j0, nk, N, lse_s[r], D_s[r]);
+    else  // padded rows must not add to dK/dV/dQ
+      for (int j = 0; j < N; ++j) Sb[r * kBK + j] = dPb[r * kBK + j] = Scalar(0);
+  });
+  t.team_barrier();
 }
 
 /// [min lo, max hi] of the clamped key ranges of rows [i0, i0+n) read from
@@ -325,7 +459,8 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
                             + Scratch<Scalar>::shmem_size(kBQ * kBK) // S / P
                             + Scratch<Scalar>::shmem_size(kBQ * Dp)  // O accumulator
                             + 2 * Scratch<Scalar>::shmem_size(kBQ)   // m, l
-                            + 2 * Scratch<int>::shmem_size(kBQ);     // lo, hi
+                            + 2 * Scratch<int>::shmem_size(kBQ)      // lo, hi
+                            + 2 * Scratch<int>::shmem_size(kBQ / kRB);  // band hulls
   const int lvl = scratch_level(bytes);
 
   Kokkos::parallel_for(
@@ -341,7 +476,8 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
             Vs(t.team_scratch(lvl), kBK * Dp), Sb(t.team_scratch(lvl), kBQ * kBK),
             Ob(t.team_scratch(lvl), kBQ * Dp), mb(t.team_scratch(lvl), kBQ),
             lb(t.team_scratch(lvl), kBQ);
-        Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ);
+        Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ),
+            blo(t.team_scratch(lvl), kBQ / kRB), bhi(t.team_scratch(lvl), kBQ / kRB);
 
         // Q is pre-multiplied by the softmax scale: S = Qs·Kᵀ is already scaled.
         load_rows<Scalar>(t, q, i0, nq, h, D, Dp, kBQ, scale, Qs.data());
@@ -362,8 +498,10 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
           const int N = round_up(nk, CB);
           load_rows_t<Scalar>(t, k, j0, nk, hk, D, Dp, Kt.data());
           load_rows<Scalar>(t, v, j0, nk, hk, D, Dp, kBK, Scalar(1), Vs.data());
+          band_ranges(t, lo.data(), hi.data(), nq, M, j0, nk, blo.data(), bhi.data());
           t.team_barrier();
-          team_gemm<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK, false);
+          team_gemm_banded<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK,
+                                   blo.data(), bhi.data());
           t.team_barrier();
           // Online softmax (FA-2 Alg. 1 lines 8-10), one row per thread.
           Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
@@ -400,7 +538,9 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
             }
           });
           t.team_barrier();
-          team_gemm<Scalar>(t, M, Dp, nk, Sb.data(), kBK, Vs.data(), Dp, Ob.data(), Dp, true);
+          // O += P·V over each band's allowed keys (Alg. 1 line 10).
+          team_gemm_krange<Scalar>(t, M, Dp, Sb.data(), kBK, Vs.data(), Dp, Ob.data(), Dp,
+                                   blo.data(), bhi.data());
           t.team_barrier();
         }
 
@@ -408,7 +548,9 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
         Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
           const Scalar l = lb(r);
           const Scalar inv = l > Scalar(0) ? Scalar(1) / l : Scalar(0);
-          for (int d = 0; d < D; ++d) out(i0 + r, h, d) = Ob(r * Dp + d) * inv;
+          Scalar* KOKKOS_RESTRICT o = &out(i0 + r, h, 0);
+          const Scalar* KOKKOS_RESTRICT src = Ob.data() + r * Dp;
+          for (int d = 0; d < D; ++d) o[d] = src[d] * inv;
           lse(h, i0 + r) = l > Scalar(0) ? mb(r) + wlb::kmath::log(l) : neg_inf;
         });
       });
@@ -449,7 +591,9 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
                               + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
                               + 2 * Scratch<Scalar>::shmem_size(kBK * Dp)  // dK, dV acc
                               + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
-                              + 2 * Scratch<int>::shmem_size(kBQ);         // lo, hi
+                              + 2 * Scratch<int>::shmem_size(kBQ)          // lo, hi
+                              + 2 * Scratch<int>::shmem_size(kBQ / kRB)    // query band hulls
+                              + 2 * Scratch<int>::shmem_size(kBK / kRB);   // key band hulls
     const int lvl = scratch_level(bytes);
     Kokkos::parallel_for(
         "wlb::model::attention_backward_dkdv",
@@ -466,7 +610,9 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
               Sb(t.team_scratch(lvl), kBQ * kBK), dPb(t.team_scratch(lvl), kBQ * kBK),
               dKa(t.team_scratch(lvl), kBK * Dp), dVa(t.team_scratch(lvl), kBK * Dp),
               lse_s(t.team_scratch(lvl), kBQ), D_s(t.team_scratch(lvl), kBQ);
-          Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ);
+          Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ),
+              blo(t.team_scratch(lvl), kBQ / kRB), bhi(t.team_scratch(lvl), kBQ / kRB),
+              klo(t.team_scratch(lvl), kBK / kRB), khi(t.team_scratch(lvl), kBK / kRB);
 
           load_rows_t<Scalar>(t, k, j0, nk, hk, D, Dp, Kt.data());
           load_rows_t<Scalar>(t, v, j0, nk, hk, D, Dp, Vt.data());
@@ -491,6 +637,8 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
               t.team_barrier();  // lo/hi are rewritten by the next iteration
               continue;
             }
+            band_ranges(t, lo.data(), hi.data(), nq, M, j0, nk, blo.data(), bhi.data());
+            key_band_ranges(t, lo.data(), hi.data(), nq, Mk, j0, nk, klo.data(), khi.data());
             for (int h = hk * group; h < (hk + 1) * group; ++h) {
               // Qs holds scale·q, so dK = dSᵀ·Qs needs no extra scaling.
               load_rows<Scalar>(t, q, i0, nq, h, D, Dp, kBQ, scale, Qs.data());
@@ -500,33 +648,26 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
                 D_s(r) = row_dot(dout, out, i0 + r, h, D);
               });
               t.team_barrier();
-              team_gemm<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK,
-                                false);
-              team_gemm<Scalar>(t, M, N, D, dOs.data(), Dp, Vt.data(), kBK, dPb.data(), kBK,
-                                false);
-              t.team_barrier();
-              Kokkos::parallel_for(Kokkos::TeamThreadRange(t, M), [&](const int r) {
-                if (r < nq)
-                  softmax_grad_row(Sb.data() + r * kBK, dPb.data() + r * kBK, lo(r), hi(r), j0, nk,
-                                   N, lse_s(r), D_s(r));
-                else  // padded rows must not add to dK/dV
-                  for (int j = 0; j < N; ++j) Sb(r * kBK + j) = dPb(r * kBK + j) = Scalar(0);
-              });
-              t.team_barrier();
-              // dV += Pᵀ·dO, dK += dSᵀ·(scale·Q)  (Alg. 2 lines 12, 15)
-              team_gemm<Scalar, true>(t, Mk, Dp, M, Sb.data(), kBK, dOs.data(), Dp, dVa.data(), Dp,
-                                true);
-              team_gemm<Scalar, true>(t, Mk, Dp, M, dPb.data(), kBK, Qs.data(), Dp, dKa.data(), Dp,
-                                true);
+              backward_scores<Scalar>(t, nq, M, N, D, Dp, j0, nk, Qs.data(), dOs.data(), Kt.data(),
+                                      Vt.data(), lo.data(), hi.data(), blo.data(), bhi.data(),
+                                      lse_s.data(), D_s.data(), Sb.data(), dPb.data());
+              // dV += Pᵀ·dO, dK += dSᵀ·(scale·Q)  (Alg. 2 lines 12, 15), each key
+              // band over the query rows that may see it.
+              team_gemm_krange<Scalar, true>(t, Mk, Dp, Sb.data(), kBK, dOs.data(), Dp, dVa.data(),
+                                             Dp, klo.data(), khi.data());
+              team_gemm_krange<Scalar, true>(t, Mk, Dp, dPb.data(), kBK, Qs.data(), Dp, dKa.data(),
+                                             Dp, klo.data(), khi.data());
               t.team_barrier();
             }
           }
 
           Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nk), [&](const int r) {
-            for (int d = 0; d < D; ++d) {
-              dk(j0 + r, hk, d) = dKa(r * Dp + d);
-              dv(j0 + r, hk, d) = dVa(r * Dp + d);
-            }
+            Scalar* KOKKOS_RESTRICT gk = &dk(j0 + r, hk, 0);
+            Scalar* KOKKOS_RESTRICT gv = &dv(j0 + r, hk, 0);
+            const Scalar* KOKKOS_RESTRICT sk = dKa.data() + r * Dp;
+            const Scalar* KOKKOS_RESTRICT sv = dVa.data() + r * Dp;
+            for (int d = 0; d < D; ++d) gk[d] = sk[d];
+            for (int d = 0; d < D; ++d) gv[d] = sv[d];
           });
         });
   }
@@ -540,7 +681,8 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
                               + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
                               + Scratch<Scalar>::shmem_size(kBQ * Dp)      // dQ acc
                               + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
-                              + 2 * Scratch<int>::shmem_size(kBQ);         // lo, hi
+                              + 2 * Scratch<int>::shmem_size(kBQ)          // lo, hi
+                              + 2 * Scratch<int>::shmem_size(kBQ / kRB);   // band hulls
     const int lvl = scratch_level(bytes);
     Kokkos::parallel_for(
         "wlb::model::attention_backward_dq",
@@ -556,7 +698,8 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
               dOs(t.team_scratch(lvl), kBQ * Dp), Sb(t.team_scratch(lvl), kBQ * kBK),
               dPb(t.team_scratch(lvl), kBQ * kBK), dQa(t.team_scratch(lvl), kBQ * Dp),
               lse_s(t.team_scratch(lvl), kBQ), D_s(t.team_scratch(lvl), kBQ);
-          Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ);
+          Scratch<int> lo(t.team_scratch(lvl), kBQ), hi(t.team_scratch(lvl), kBQ),
+              blo(t.team_scratch(lvl), kBQ / kRB), bhi(t.team_scratch(lvl), kBQ / kRB);
 
           load_rows<Scalar>(t, q, i0, nq, h, D, Dp, kBQ, scale, Qs.data());
           load_rows<Scalar>(t, dout, i0, nq, h, D, Dp, kBQ, Scalar(1), dOs.data());
@@ -577,24 +720,22 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
             load_rows_t<Scalar>(t, k, j0, nk, hk, D, Dp, Kt.data());
             load_rows_t<Scalar>(t, v, j0, nk, hk, D, Dp, Vt.data());
             load_rows<Scalar>(t, k, j0, nk, hk, D, Dp, kBK, Scalar(1), Ks.data());
+            band_ranges(t, lo.data(), hi.data(), nq, M, j0, nk, blo.data(), bhi.data());
             t.team_barrier();
-            team_gemm<Scalar>(t, M, N, D, Qs.data(), Dp, Kt.data(), kBK, Sb.data(), kBK, false);
-            team_gemm<Scalar>(t, M, N, D, dOs.data(), Dp, Vt.data(), kBK, dPb.data(), kBK,
-                              false);
-            t.team_barrier();
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
-              softmax_grad_row(Sb.data() + r * kBK, dPb.data() + r * kBK, lo(r), hi(r), j0, nk, N,
-                               lse_s(r), D_s(r));
-            });
-            t.team_barrier();
-            // dQ += dS·K (the scale is applied once, at the store).
-            team_gemm<Scalar>(t, M, Dp, nk, dPb.data(), kBK, Ks.data(), Dp, dQa.data(), Dp,
-                              true);
+            backward_scores<Scalar>(t, nq, M, N, D, Dp, j0, nk, Qs.data(), dOs.data(), Kt.data(),
+                                    Vt.data(), lo.data(), hi.data(), blo.data(), bhi.data(),
+                                    lse_s.data(), D_s.data(), Sb.data(), dPb.data());
+            // dQ += dS·K over each band's allowed keys (the scale is applied once,
+            // at the store).
+            team_gemm_krange<Scalar>(t, M, Dp, dPb.data(), kBK, Ks.data(), Dp, dQa.data(), Dp,
+                                     blo.data(), bhi.data());
             t.team_barrier();
           }
 
           Kokkos::parallel_for(Kokkos::TeamThreadRange(t, nq), [&](const int r) {
-            for (int d = 0; d < D; ++d) dq(i0 + r, h, d) = scale * dQa(r * Dp + d);
+            Scalar* KOKKOS_RESTRICT g = &dq(i0 + r, h, 0);
+            const Scalar* KOKKOS_RESTRICT src = dQa.data() + r * Dp;
+            for (int d = 0; d < D; ++d) g[d] = scale * src[d];
           });
         });
   }
