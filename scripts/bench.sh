@@ -75,7 +75,7 @@ gfl = statistics.median(float(by(s)[0]["gflops"]) for s in keep)
 def cat(c): return 1e3 * statistics.mean(float(r["t_" + c]) for s in keep for r in by(s))
 # compute CPU seconds of the busiest rank (communication excluded): step_ms far
 # above cpu_ms means the ranks waited or were descheduled (a busy machine).
-cpu = 1e3 * statistics.median(max(float(r["compute_cpu"]) for r in by(s)) for s in keep)
+cpu = 1e3 * statistics.median(max(float(r.get("compute_cpu") or 0) for r in by(s)) for s in keep)
 m = re.search(r"peak memory per rank (\d+)-(\d+) MiB", open(log).read())
 mem = m.group(2) if m else ""
 share = gfl / (float(peak) * int(n)) if float(peak) > 0 else 0
