@@ -230,6 +230,21 @@ KOKKOS_INLINE_FUNCTION void load_rows(const Member& t, const View3<const Scalar>
   });
 }
 
+/// Column r of a transposed tile: row r0+r of x(:, h, :), zero-padded to Dp,
+/// or zeros for r >= n (ld = kBK).
+template <class Scalar>
+KOKKOS_INLINE_FUNCTION void load_col_t(const View3<const Scalar>& x, int r0, int r, int n, int h, int D, int Dp,
+                                       Scalar* tile) {
+  Scalar* dst = tile + r;
+  if (r < n) {
+    const Scalar* KOKKOS_RESTRICT src = &x(r0 + r, h, 0);
+    for (int d = 0; d < D; ++d) dst[d * kBK] = src[d];
+    for (int d = D; d < Dp; ++d) dst[d * kBK] = Scalar(0);
+  } else {
+    for (int d = 0; d < Dp; ++d) dst[d * kBK] = Scalar(0);
+  }
+}
+
 /// Loads rows [r0, r0+n) of x(:, h, :) transposed: tile[d][r] (ld = kBK).
 /// Parallel over rows: each reads its row of x contiguously (LayoutRight) and
 /// scatters it down one column of the tile, which stays in L1 / scratch.
@@ -256,29 +271,12 @@ KOKKOS_INLINE_FUNCTION void load_rows_t(const Member& t, const View3<const Scala
       for (int d = D; d < Dp; ++d)
         for (int i = 0; i < W; ++i) tile[d * kBK + c0 + i] = Scalar(0);
     } else {
-      for (int r = c0; r < c0 + W; ++r) {
-        Scalar* dst = tile + r;
-        if (r < n) {
-          const Scalar* KOKKOS_RESTRICT src = &x(r0 + r, h, 0);
-          for (int d = 0; d < D; ++d) dst[d * kBK] = src[d];
-          for (int d = D; d < Dp; ++d) dst[d * kBK] = Scalar(0);
-        } else {
-          for (int d = 0; d < Dp; ++d) dst[d * kBK] = Scalar(0);
-        }
-      }
+      for (int r = c0; r < c0 + W; ++r) load_col_t(x, r0, r, n, h, D, Dp, tile);
     }
   });
 #else
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBK), [&](const int r) {
-    Scalar* dst = tile + r;
-    if (r < n) {
-      const Scalar* KOKKOS_RESTRICT src = &x(r0 + r, h, 0);
-      for (int d = 0; d < D; ++d) dst[d * kBK] = src[d];
-      for (int d = D; d < Dp; ++d) dst[d * kBK] = Scalar(0);
-    } else {
-      for (int d = 0; d < Dp; ++d) dst[d * kBK] = Scalar(0);
-    }
-  });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kBK),
+                       [&](const int r) { load_col_t(x, r0, r, n, h, D, Dp, tile); });
 #endif
 }
 
