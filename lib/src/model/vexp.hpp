@@ -22,11 +22,6 @@
 #include <cstdint>
 #include <cstring>
 
-// Without -mavx the 32-byte vector arguments change the psABI; these inline
-// functions never cross a library boundary, so the note is noise.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace wlb::model::vexp {
 
 typedef float f8 __attribute__((vector_size(32)));
@@ -108,5 +103,4 @@ inline float exp_one(float x) { return exp1(x); }
 inline double exp_one(double x) { return std::exp(x); }
 
 }  // namespace wlb::model::vexp
-#pragma GCC diagnostic pop
 #endif
