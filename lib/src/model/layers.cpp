@@ -229,6 +229,24 @@ void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, doubl
 
 // ---- SwiGLU ------------------------------------------------------------------------------------
 
+#ifdef WLB4D_VEXP
+/// Host SwiGLU row walk: for row gt[0, F) in chunks of 256, fills sig[k] =
+/// σ(gt[f0+k]) with the exponentials eight at a time (vexp.hpp) and calls
+/// body(f0, n, sig). Shared by the forward and backward kernels.
+template <class Scalar, class Body>
+inline void sigmoid_chunks(const Scalar* KOKKOS_RESTRICT gt, std::int64_t F, Body&& body) {
+  constexpr int kC = 256;
+  Scalar e[kC];
+  for (std::int64_t f0 = 0; f0 < F; f0 += kC) {
+    const int n = int(kmath::min<std::int64_t>(kC, F - f0));
+    for (int k = 0; k < n; ++k) e[k] = -gt[f0 + k];
+    vexp::exp_shift(e, e, n, Scalar(0));
+    for (int k = 0; k < n; ++k) e[k] = Scalar(1) / (Scalar(1) + e[k]);
+    body(f0, n, e);
+  }
+}
+#endif
+
 template <class Scalar>
 void swiglu_forward(const View2<Scalar>& g, const View2<Scalar>& u, std::int64_t T, const View2<Scalar>& h) {
   const std::int64_t F = std::int64_t(g.extent(1));
@@ -241,18 +259,9 @@ void swiglu_forward(const View2<Scalar>& g, const View2<Scalar>& u, std::int64_t
         const Scalar* KOKKOS_RESTRICT gt = &g(t, 0);
         const Scalar* KOKKOS_RESTRICT ut = &u(t, 0);
         Scalar* KOKKOS_RESTRICT ht = &h(t, 0);
-        constexpr int kC = 256;
-        Scalar e[kC];
-        for (std::int64_t f0 = 0; f0 < F; f0 += kC) {
-          const int n = int(kmath::min<std::int64_t>(kC, F - f0));
-          for (int k = 0; k < n; ++k) e[k] = -gt[f0 + k];
-          vexp::exp_shift(e, e, n, Scalar(0));
-          for (int k = 0; k < n; ++k) {
-            const Scalar z = gt[f0 + k];
-            const Scalar sig = Scalar(1) / (Scalar(1) + e[k]);
-            ht[f0 + k] = z * sig * ut[f0 + k];
-          }
-        }
+        sigmoid_chunks(gt, F, [&](std::int64_t f0, int n, const Scalar* sig) {
+          for (int k = 0; k < n; ++k) ht[f0 + k] = gt[f0 + k] * sig[k] * ut[f0 + k];
+        });
       });
   return;
 #endif
@@ -280,21 +289,13 @@ void swiglu_backward(const View2<Scalar>& g, const View2<Scalar>& u, const View2
         const Scalar* KOKKOS_RESTRICT dht = &dh(t, 0);
         Scalar* KOKKOS_RESTRICT dgt = &dg(t, 0);
         Scalar* KOKKOS_RESTRICT dut = &du(t, 0);
-        constexpr int kC = 256;
-        Scalar e[kC];
-        for (std::int64_t f0 = 0; f0 < F; f0 += kC) {
-          const int n = int(kmath::min<std::int64_t>(kC, F - f0));
-          for (int k = 0; k < n; ++k) e[k] = -gt[f0 + k];
-          vexp::exp_shift(e, e, n, Scalar(0));
+        sigmoid_chunks(gt, F, [&](std::int64_t f0, int n, const Scalar* s) {
           for (int k = 0; k < n; ++k) {
-            const Scalar z = gt[f0 + k];
-            const Scalar sig = Scalar(1) / (Scalar(1) + e[k]);
-            const Scalar grad = dht[f0 + k];
-            const Scalar up = ut[f0 + k];
+            const Scalar z = gt[f0 + k], sig = s[k], grad = dht[f0 + k], up = ut[f0 + k];
             dgt[f0 + k] = grad * up * sig * (Scalar(1) + z * (Scalar(1) - sig));
             dut[f0 + k] = grad * z * sig;
           }
-        }
+        });
       });
   return;
 #endif
