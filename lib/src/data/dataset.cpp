@@ -1,7 +1,7 @@
 // HDF5 token dataset: reader (TokenDataset) and writer (TokenDatasetWriter).
 #include "wlb4d/data/dataset.hpp"
 
-#include "h5util.hpp"
+#include "wlb4d/data/h5util.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/version.hpp"
 

@@ -1,26 +1,28 @@
 // Private HDF5 helpers of the data area (see h5util.hpp).
-#include "h5util.hpp"
+#include "wlb4d/data/h5util.hpp"
 
 namespace wlb::data::h5 {
 
 using core::DataError;
 
-void Handle::reset() noexcept {
-  if (id_ < 0) return;
+bool Handle::reset() noexcept {
+  if (id_ < 0) return true;
+  herr_t st = 0;
   H5E_BEGIN_TRY {
     switch (H5Iget_type(id_)) {
-      case H5I_FILE: H5Fclose(id_); break;
-      case H5I_GROUP: H5Gclose(id_); break;
-      case H5I_DATASET: H5Dclose(id_); break;
-      case H5I_DATASPACE: H5Sclose(id_); break;
-      case H5I_DATATYPE: H5Tclose(id_); break;
-      case H5I_ATTR: H5Aclose(id_); break;
-      case H5I_GENPROP_LST: H5Pclose(id_); break;
+      case H5I_FILE: st = H5Fclose(id_); break;
+      case H5I_GROUP: st = H5Gclose(id_); break;
+      case H5I_DATASET: st = H5Dclose(id_); break;
+      case H5I_DATASPACE: st = H5Sclose(id_); break;
+      case H5I_DATATYPE: st = H5Tclose(id_); break;
+      case H5I_ATTR: st = H5Aclose(id_); break;
+      case H5I_GENPROP_LST: st = H5Pclose(id_); break;
       default: break;
     }
   }
   H5E_END_TRY;
   id_ = H5I_INVALID_HID;
+  return st >= 0;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/version.hpp"
+#include "wlb4d/data/h5util.hpp"
 
 #include <hdf5.h>
 #include <spdlog/spdlog.h>
@@ -34,63 +35,12 @@ constexpr std::int64_t kScanBlockElems = 16LL << 20; // verification reads ≤ 6
 
 // ---- HDF5 plumbing ------------------------------------------------------------------
 
-/// Owns one hid_t and closes it with the matching H5?close.
-class H {
- public:
-  H() = default;
-  explicit H(hid_t id) : id_(id) {}
-  ~H() { reset(); }
-  H(const H&) = delete;
-  H& operator=(const H&) = delete;
-  H(H&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)) {}
-  H& operator=(H&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = std::exchange(o.id_, H5I_INVALID_HID);
-    }
-    return *this;
-  }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-  /// Closes now; returns false if the close failed.
-  bool reset() noexcept {
-    if (id_ < 0) return true;
-    herr_t st = 0;
-    H5E_BEGIN_TRY {
-      switch (H5Iget_type(id_)) {
-        case H5I_FILE: st = H5Fclose(id_); break;
-        case H5I_GROUP: st = H5Gclose(id_); break;
-        case H5I_DATASET: st = H5Dclose(id_); break;
-        case H5I_DATASPACE: st = H5Sclose(id_); break;
-        case H5I_DATATYPE: st = H5Tclose(id_); break;
-        case H5I_ATTR: st = H5Aclose(id_); break;
-        case H5I_GENPROP_LST: st = H5Pclose(id_); break;
-        default: break;
-      }
-    }
-    H5E_END_TRY;
-    id_ = H5I_INVALID_HID;
-    return st >= 0;
-  }
+using H = data::h5::Handle;
 
- private:
-  hid_t id_ = H5I_INVALID_HID;
-};
-
-herr_t collect_desc(unsigned, const H5E_error2_t* err, void* data) {
-  if (err->desc && *err->desc) static_cast<std::vector<std::string>*>(data)->push_back(err->desc);
-  return 0;
-}
-
-/// The innermost two descriptions of HDF5's error stack (" (HDF5: ...)" or "").
+/// HDF5's innermost error descriptions as " (HDF5: ...)", or "" (clears the stack).
 std::string h5_reason() {
-  std::vector<std::string> d;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_desc, &d);
-  H5Eclear2(H5E_DEFAULT);
-  std::string s;
-  const std::size_t first = d.size() > 2 ? d.size() - 2 : 0;
-  for (std::size_t i = d.size(); i-- > first;) s += (s.empty() ? "" : "; ") + d[i];
-  return s.empty() ? "" : " (HDF5: " + s + ")";
+  const std::string why = data::h5::last_error();
+  return why.empty() ? "" : " (HDF5: " + why + ")";
 }
 
 /// Silences HDF5's automatic error printing for the lifetime of the object
@@ -143,7 +93,7 @@ void write_attr_string(hid_t loc, const char* name, const std::string& value) {
   H space(H5Screate(H5S_SCALAR));
   H attr(H5Acreate2(loc, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
   const char* p = value.c_str();
-  if (!attr.ok() || H5Awrite(attr.get(), type.get(), &p) < 0)
+  if (!attr.valid() || H5Awrite(attr.get(), type.get(), &p) < 0)
     throw CheckpointError(std::string("cannot write attribute ") + name + h5_reason());
 }
 
@@ -151,7 +101,7 @@ template <class T>
 void write_attr_array(hid_t loc, const char* name, hid_t mem_type, const T* values, hsize_t n, bool scalar) {
   H space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr));
   H attr(H5Acreate2(loc, name, mem_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!attr.ok() || H5Awrite(attr.get(), mem_type, values) < 0)
+  if (!attr.valid() || H5Awrite(attr.get(), mem_type, values) < 0)
     throw CheckpointError(std::string("cannot write attribute ") + name + h5_reason());
 }
 void write_attr_i64(hid_t loc, const char* name, std::int64_t v) {
@@ -684,7 +634,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
       if (!ok && err.empty()) err = prefix(tmp) + what + h5_reason();
       return wc.allreduce_value(int(err.empty()), comm::ReduceOp::Min) == 1;
     };
-    bool good = step_ok(file.ok(), "cannot create the file (MPI-IO)");
+    bool good = step_ok(file.valid(), "cannot create the file (MPI-IO)");
     if (good) {
       try {
         const hid_t f = file.get();
@@ -715,7 +665,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
     for (const char* g : {"/model", "/optim", "/optim/m", "/optim/v", "/state"}) {
       if (!good) break;
       groups.emplace_back(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-      good = step_ok(groups.back().ok(), std::string("cannot create group ") + g);
+      good = step_ok(groups.back().valid(), std::string("cannot create group ") + g);
     }
     for (std::size_t i = 0; i < tensors.size() && good; ++i) {
       const auto& t = tensors[i];
@@ -724,7 +674,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
       for (int k = 0; k < 3 && good; ++k) {
         const std::string name = kKinds[k] + t.name;
         H ds(create_f32(file.get(), name, t.global_shape, chunk));
-        bool ok = ds.ok();
+        bool ok = ds.valid();
         if (ok) {
           try {
             const std::int32_t sd = t.shard_dim;
@@ -755,7 +705,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
         const hsize_t n = packer ? hsize_t(state.packer_state.size()) : 1;
         const hid_t type = k == 4 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
         H ds(create_state(file.get(), kStateNames[k], type, n));
-        good = step_ok(ds.ok(), std::string("cannot create dataset ") + kStateNames[k]);
+        good = step_ok(ds.valid(), std::string("cannot create dataset ") + kStateNames[k]);
         if (!good) break;
         const void* buf = packer ? static_cast<const void*>(state.packer_state.data())
                                  : k == 4 ? static_cast<const void*>(&state.seed)
@@ -768,7 +718,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
     }
     if (good) good = step_ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "H5Fflush failed");
     groups.clear();
-    if (file.ok()) {
+    if (file.valid()) {
       const bool closed = file.reset();  // collective
       step_ok(closed, "H5Fclose failed");
     }
@@ -815,7 +765,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGri
   H fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_mpio(fapl.get(), w.mpi(), MPI_INFO_NULL);
   H file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
-  if (!file.ok()) err = prefix(path) + "cannot open with MPI-IO" + h5_reason();
+  if (!file.valid()) err = prefix(path) + "cannot open with MPI-IO" + h5_reason();
   err = agree(w, err);
   // The serial pre-check makes a divergent open (some ranks fail, some not)
   // practically impossible; were it to happen, the ranks holding a handle

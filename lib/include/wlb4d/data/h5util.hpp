@@ -1,7 +1,9 @@
 #pragma once
-// Private HDF5 helpers of the data area: an RAII handle and small typed
-// attribute/dataset accessors. Every failure becomes a wlb::core::DataError
-// whose message names the file and object and carries HDF5's own reason.
+/// \file h5util.hpp
+/// \brief HDF5 helpers of the data area, also used by io's checkpoints: an
+/// RAII handle, HDF5's error reason, and small typed attribute/dataset
+/// accessors. Every failure of the accessors becomes a wlb::core::DataError
+/// whose message names the file and object and carries HDF5's own reason.
 
 #include "wlb4d/core/error.hpp"
 
@@ -32,7 +34,9 @@ class Handle {
   }
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
-  void reset() noexcept;
+  /// Closes now (with the matching H5?close); false if the close failed,
+  /// which for a file opened with MPI-IO is a failed collective close.
+  bool reset() noexcept;
 
  private:
   hid_t id_ = H5I_INVALID_HID;
