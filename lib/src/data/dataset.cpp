@@ -2,6 +2,7 @@
 #include "wlb4d/data/dataset.hpp"
 
 #include "wlb4d/data/h5util.hpp"
+#include "wlb4d/core/hash.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/version.hpp"
 
@@ -261,12 +262,7 @@ std::string TokenDataset::identity() const {
     size = static_cast<long long>(sb.st_size);
     mtime_ns = static_cast<long long>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
   }
-  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a over the offsets' bytes
-  for (std::uint64_t v : impl_->offsets)
-    for (int b = 0; b < 8; ++b) {
-      h ^= (v >> (8 * b)) & 0xFF;
-      h *= 1099511628211ULL;
-    }
+  const std::uint64_t h = core::fnv1a_u64_le(impl_->offsets.data(), impl_->offsets.size());  // over the offsets' bytes
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   std::ostringstream os;

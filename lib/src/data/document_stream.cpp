@@ -1,6 +1,7 @@
 // DocumentStream: seeded per-epoch permutations (document_stream.hpp).
 #include "wlb4d/data/document_stream.hpp"
 
+#include "wlb4d/core/hash.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/data/dataset.hpp"
 
@@ -13,12 +14,7 @@ using core::DataError;
 
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
+using core::splitmix64;
 
 /// Uniform integer in [0, bound) by rejection (no modulo bias); mt19937_64
 /// output is specified exactly by the standard, so this is portable.

@@ -1,6 +1,7 @@
 // Layout-independent HDF5 checkpoints (checkpoint.hpp; hpc-conventions §5).
 #include "wlb4d/io/checkpoint.hpp"
 
+#include "wlb4d/core/hash.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/data/h5util.hpp"
@@ -331,13 +332,7 @@ std::string tensor_list_text(const std::vector<TensorRef>& t) {
   return s;
 }
 
-std::uint64_t fnv1a(const std::string& s, std::uint64_t h = 0xcbf29ce484222325ULL) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
+using core::fnv1a;
 
 std::string model_string(const core::ModelConfig& m, std::int64_t vocab) {
   return "vocab=" + std::to_string(vocab) + " layers=" + std::to_string(m.layers) +

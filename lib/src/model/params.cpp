@@ -1,6 +1,7 @@
 // Parameter registry and layout-independent initialisation (params.hpp).
 #include "wlb4d/model/params.hpp"
 
+#include "wlb4d/core/hash.hpp"
 #include "wlb4d/core/error.hpp"
 
 #include <algorithm>
@@ -11,21 +12,8 @@ namespace wlb::model {
 
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t fnv1a64(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
+using core::fnv1a;
+using core::splitmix64;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -68,7 +56,7 @@ void validate_shard(const core::ModelConfig& cfg, std::int64_t vocab, const Mode
 }
 
 double init_normal(std::uint64_t seed, const std::string& name, std::uint64_t index) {
-  const std::uint64_t key = splitmix64(seed ^ splitmix64(fnv1a64(name)));
+  const std::uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(name)));
   const double two53 = 9007199254740992.0;
   const double u1 = (double(splitmix64(key + 2 * index) >> 11) + 0.5) / two53;
   const double u2 = double(splitmix64(key + 2 * index + 1) >> 11) / two53;
