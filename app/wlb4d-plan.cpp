@@ -5,7 +5,7 @@
 //
 //   wlb4d-plan DECK [--section.key=value ...] [--csv FILE]
 #include "wlb4d/balance/doc_source.hpp"
-#include "wlb4d/balance/simulate.hpp"
+#include "wlb4d/pipeline/simulate.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/mpi_main.hpp"
@@ -107,11 +107,11 @@ int main(int argc, char** argv) {
     const auto lengths = (ext == ".h5" || ext == ".hdf5") ? lengths_from_hdf5(path)
                                                           : wlb::balance::load_lengths_json(path);
     std::printf("document lengths: %s (%zu documents)\n", path.c_str(), lengths.size());
-    const auto report = wlb::balance::simulate_plan(cfg, lengths);
-    std::printf("%s", wlb::balance::format_table(report, cfg).c_str());
+    const auto report = wlb::pipeline::simulate_plan(cfg, lengths);
+    std::printf("%s", wlb::pipeline::format_table(report, cfg).c_str());
     if (!csv.empty()) {
       std::ofstream out(csv);
-      out << wlb::balance::format_csv(report);
+      out << wlb::pipeline::format_csv(report);
       if (!out) throw DataError("cannot write --csv file '" + csv + "'");
       std::printf("wrote %s\n", csv.c_str());
     }

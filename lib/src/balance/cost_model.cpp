@@ -1,4 +1,4 @@
-// Cost model (reference/wlb-llm.md §2.1 Eq. 2, §3.4–3.5) and its calibration.
+// Cost model (docs/wlb-llm.md §2.1 Eq. 2, §3.4–3.5) and its calibration.
 #include "wlb4d/balance/cost_model.hpp"
 
 #include "wlb4d/balance/sharding.hpp"
@@ -79,9 +79,8 @@ CostModel CostModel::from_model(const core::ModelConfig& model, int tp, double f
     throw core::ConfigError("cost model: plan.flops_per_s=" + std::to_string(flops_per_s) + " must be > 0");
   if (!(attention_efficiency > 0))
     throw core::ConfigError("cost model: attention efficiency must be > 0");
-  const double d = model.d_model, hd = model.head_dim();
-  const double p_layer = d * (model.heads + 2.0 * model.kv_heads) * hd + model.heads * hd * d +
-                         3.0 * d * model.ffn_hidden;
+  const double hd = model.head_dim();
+  const double p_layer = double(model.layer_matmul_params());
   CostModel m;
   m.a = 3.0 * 2.0 * p_layer / tp / flops_per_s;
   m.b = 3.5 * 2.0 * (model.heads * hd) / tp / (attention_efficiency * flops_per_s);

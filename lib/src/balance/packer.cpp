@@ -1,4 +1,4 @@
-// Packers fixed / greedy / wlb (reference/wlb-llm.md §1.5, §2.3, §2.4).
+// Packers fixed / greedy / wlb (docs/wlb-llm.md §1.5, §2.3, §2.4).
 #include "wlb4d/balance/packer.hpp"
 
 #include "wlb4d/balance/sharding.hpp"
@@ -195,26 +195,50 @@ class PackerBase : public Packer {
   std::deque<Item> carry_;  // tail of the document cut at the last budget (at most one item)
 };
 
-// Stream order cut every S tokens into n micro-batches (items total n·S).
-std::vector<std::vector<Item>> cut_in_order(const std::vector<Item>& items, std::size_t n, std::int64_t S) {
-  std::vector<std::vector<Item>> mbs(n);
-  std::size_t j = 0;
-  std::int64_t room = S;
-  for (Item it : items) {
+// The fixed packing, once: pieces in stream order, cut every S tokens. With
+// n > 0 there are exactly n micro-batches (the last takes any overflow; for
+// the budget of n·S tokens it holds exactly S); with n = 0 as many as needed,
+// the last one possibly shorter. T is Item or Span (a piece keeps its other
+// fields, e.g. an Item's arrival step).
+template <class T>
+std::vector<std::vector<T>> cut_pieces(const std::vector<T>& items, std::size_t n, std::int64_t S) {
+  std::vector<std::vector<T>> mbs;
+  std::int64_t room = 0;
+  for (T it : items) {
     while (it.length > 0) {
-      const std::int64_t take = std::min(room, it.length);
-      mbs[j].push_back(Item{it.doc_id, it.offset, take, it.arrival});
-      it.offset += take;
-      it.length -= take;
-      room -= take;
-      if (room == 0 && j + 1 < n) {
-        ++j;
+      if (room == 0) {
+        if (n != 0 && mbs.size() == n)
+          throw core::InternalError("fixed packing: more than " + std::to_string(n) + " x " + std::to_string(S) +
+                                    " tokens");
+        mbs.emplace_back();
         room = S;
       }
+      T piece = it;
+      piece.length = std::min(room, it.length);
+      mbs.back().push_back(piece);
+      it.offset += piece.length;
+      it.length -= piece.length;
+      room -= piece.length;
     }
   }
+  if (n != 0) mbs.resize(n);
   return mbs;
 }
+
+std::vector<std::vector<Item>> cut_in_order(const std::vector<Item>& items, std::size_t n, std::int64_t S) {
+  return cut_pieces(items, n, S);
+}
+
+}  // namespace
+
+std::vector<MicroBatch> pack_in_order(const std::vector<Span>& spans, std::int64_t max_seq_len) {
+  if (max_seq_len < 1) throw ConfigError("train.max_seq_len=" + std::to_string(max_seq_len) + " must be >= 1");
+  std::vector<MicroBatch> out;
+  for (auto& pieces : cut_pieces(spans, 0, max_seq_len)) out.push_back(MicroBatch{std::move(pieces)});
+  return out;
+}
+
+namespace {
 
 double max_cost(const std::vector<std::vector<Item>>& mbs, const CostModel& cost) {
   double mx = 0;
@@ -287,15 +311,29 @@ class WlbPacker final : public PackerBase {
   }
 
   StepPlan plan_step(std::int64_t step, DocSource& src) override {
-    const std::int64_t smax = p_.cap();
+    const std::size_t n = static_cast<std::size_t>(p_.micro_batches);
+    std::vector<Item> fresh = draw_pieces(step, src);  // 1-2
+    release_full_queues(fresh, n);                     // 3
+    std::vector<Item> forced, remained;                // 4
+    take_due(step, fresh, forced, remained);
+    Bins bins(n, cost_);                               // 5
+    place(bins, forced, remained, fresh);
+    fill_empty(bins);                                  // 6
+    return finish(step, bins.items, assign_by_cost(bins.items));  // 7: replicas
+  }
+
+ private:
+  using Items = std::vector<Item>;
+
+  /// 1-2: the step's budget cut into pieces of at most the context window;
+  /// outliers to their queues, the rest returned (new documents).
+  Items draw_pieces(std::int64_t step, DocSource& src) {
     // Documents are cut at the context window (max_seq_len), not at S_max: a
     // micro-batch may hold more tokens than the window so that short documents
-    // can match a long one's cost (reference §2.2), but no attention span is
+    // can match a long one's cost (docs/wlb-llm.md §2.2), but no attention span is
     // longer than the window — as in fixed/greedy, whose costs it must beat.
-    const std::int64_t window = std::min(p_.max_seq_len, smax);
-    const std::size_t n = static_cast<std::size_t>(p_.micro_batches);
-    // 1-2: budget, cut to the window, outliers to their queues.
-    std::vector<Item> fresh;
+    const std::int64_t window = std::min(p_.max_seq_len, p_.cap());
+    Items fresh;
     for (Item it : draw_budget(step, src)) {
       while (it.length > 0) {
         Item piece{it.doc_id, it.offset, std::min(window, it.length), it.arrival};
@@ -309,17 +347,25 @@ class WlbPacker final : public PackerBase {
         }
       }
     }
-    // 3: flush full queues (N oldest).
+    return fresh;
+  }
+
+  /// 3: a queue holding >= n pieces releases its n oldest into `fresh`.
+  void release_full_queues(Items& fresh, std::size_t n) {
     for (auto& q : queues_) {
-      if (q.size() >= n) {
-        for (std::size_t i = 0; i < n; ++i) {
-          fresh.push_back(q.front());
-          q.pop_front();
-        }
+      if (q.size() < n) continue;
+      for (std::size_t i = 0; i < n; ++i) {
+        fresh.push_back(q.front());
+        q.pop_front();
       }
     }
-    // 4: forced pieces (waited max_delay steps).
-    std::vector<Item> forced;
+  }
+
+  /// 4: pieces that waited max_delay steps are forced into this step, wherever
+  /// they come from (a queue, last step's leftovers, or this step's budget when
+  /// max_delay = 0). `remained`: last step's leftovers not yet due. Forced and
+  /// fresh come out longest first (stable).
+  void take_due(std::int64_t step, Items& fresh, Items& forced, Items& remained) {
     auto is_due = [&](const Item& it) { return step - it.arrival >= p_.max_delay; };
     for (auto& q : queues_) {
       std::deque<Item> keep;
@@ -332,35 +378,42 @@ class WlbPacker final : public PackerBase {
       }
       q.swap(keep);
     }
-    // Anything due waits no longer, wherever it comes from (a flushed queue,
-    // last step's leftovers, or this step's budget when max_delay = 0).
-    std::vector<Item> remained, new_docs;
+    Items new_docs;
     for (const auto& it : leftover_) (is_due(it) ? forced : remained).push_back(it);
     for (const auto& it : fresh) (is_due(it) ? forced : new_docs).push_back(it);
     fresh.swap(new_docs);
     leftover_.clear();
-    auto longest_first = [](std::vector<Item>& v) {
+    auto longest_first = [](Items& v) {
       std::stable_sort(v.begin(), v.end(), [](const Item& x, const Item& y) { return x.length > y.length; });
     };
     longest_first(forced);
     longest_first(fresh);
-    // 5: placement.
-    Bins bins(n, cost_);
-    auto try_place = [&](const Item& it) {
-      const std::size_t w = bins.argmin_cost();
-      if (bins.len[w] + it.length <= smax) {
-        bins.put(w, it);
-        return true;
-      }
-      const std::size_t l = bins.argmin_len();
-      if (bins.len[l] + it.length <= smax) {
-        bins.put(l, it);
-        return true;
-      }
-      return false;
-    };
+  }
+
+  /// To the micro-batch of least Eq. 2 workload if it fits, else to the
+  /// shortest if it fits; false if neither has room.
+  bool try_place(Bins& bins, const Item& it) const {
+    const std::int64_t smax = p_.cap();
+    const std::size_t w = bins.argmin_cost();
+    if (bins.len[w] + it.length <= smax) {
+      bins.put(w, it);
+      return true;
+    }
+    const std::size_t l = bins.argmin_len();
+    if (bins.len[l] + it.length <= smax) {
+      bins.put(l, it);
+      return true;
+    }
+    return false;
+  }
+
+  /// 5: forced (split over the micro-batches with most room when they do not
+  /// fit whole), then last step's leftovers, then new documents; what does not
+  /// fit is left over to the next step.
+  void place(Bins& bins, const Items& forced, const Items& remained, const Items& fresh) {
+    const std::int64_t smax = p_.cap();
     for (Item it : forced) {
-      if (try_place(it)) continue;
+      if (try_place(bins, it)) continue;
       while (it.length > 0) {  // split over the micro-batches with most room
         const std::size_t l = bins.argmin_len();
         const std::int64_t room = smax - bins.len[l];
@@ -373,11 +426,15 @@ class WlbPacker final : public PackerBase {
       if (it.length > 0) leftover_.push_back(it);
     }
     for (const auto& it : remained)
-      if (!try_place(it)) leftover_.push_back(it);
+      if (!try_place(bins, it)) leftover_.push_back(it);
     for (const auto& it : fresh)
-      if (!try_place(it)) leftover_.push_back(it);
-    // 6: no empty micro-batch.
-    for (std::size_t j = 0; j < n; ++j) {
+      if (!try_place(bins, it)) leftover_.push_back(it);
+  }
+
+  /// 6: no empty micro-batch: the oldest queued piece, else a leftover, else a
+  /// split of the fullest micro-batch.
+  void fill_empty(Bins& bins) {
+    for (std::size_t j = 0; j < bins.len.size(); ++j) {
       if (bins.len[j] > 0) continue;
       if (pull_oldest_queued(bins, j)) continue;
       if (!leftover_.empty()) {
@@ -387,11 +444,8 @@ class WlbPacker final : public PackerBase {
       }
       split_into(bins, j);
     }
-    // 7: replicas.
-    return finish(step, bins.items, assign_by_cost(bins.items));
   }
 
- private:
   int level(std::int64_t d) const {
     int lvl = -1;
     for (std::size_t i = 0; i < p_.thresholds.size(); ++i)
@@ -549,7 +603,7 @@ std::unique_ptr<Packer> make_packer(const core::Config& cfg, const CostModel& co
   if (p.kind == "wlb" && cfg.balance.outlier_thresholds == "auto") {
     if (length_sample.empty())
       throw ConfigError(
-          "balance.outlier_thresholds=auto needs a sample of document lengths to tune on (reference §2.3); "
+          "balance.outlier_thresholds=auto needs a sample of document lengths to tune on (docs/wlb-llm.md §2.3); "
           "pass one to make_packer, or set explicit thresholds or none");
     p.thresholds = choose_outlier_thresholds(length_sample, p, cost);
   }

@@ -1,4 +1,4 @@
-// CP sharding (reference/wlb-llm.md §3.1, §3.3, §3.5). See sharding.hpp for
+// CP sharding (docs/wlb-llm.md §3.1, §3.3, §3.5). See sharding.hpp for
 // the exact rules.
 #include "wlb4d/balance/sharding.hpp"
 

@@ -36,6 +36,10 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
     // Every rank parsed the same deck: all of them get here; exit together.
     std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, e.what());
     code = 2;
+  } catch (const InternalError& e) {
+    std::fprintf(stderr, "[r%d] wlb4d: internal error (a bug in wlb4d, please report it): %s\n", rank, e.what());
+    code = 3;
+    abort_job = true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[r%d] wlb4d: error: %s\n", rank, e.what());
     code = 1;

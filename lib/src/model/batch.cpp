@@ -2,6 +2,7 @@
 // integers per token), copied to the device once.
 #include "wlb4d/model/batch.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -10,22 +11,7 @@ namespace wlb::model {
 
 namespace {
 
-void ensure(IntVec& v, std::int64_t n, const char* label) {
-  if (std::int64_t(v.extent(0)) < n) v = IntVec(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n);
-}
-
-void upload(const IntVec& dst, const std::vector<std::int32_t>& src) {
-  if (src.empty()) return;
-  Kokkos::View<const std::int32_t*, Layout, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(src.data(),
-                                                                                                   src.size());
-  // Unmanaged window of exact extent: deep_copy across memory spaces needs
-  // equal extents and contiguous layouts.
-  Kokkos::deep_copy(IntVec(dst.data(), src.size()), h);
-}
-
-}  // namespace
-
-void fill_micro_batch(MicroBatchInput& mb, const std::vector<std::int64_t>& cu, const std::vector<token_t>& ids) {
+void check_cu_seqlens(const std::vector<std::int64_t>& cu, const std::vector<token_t>& ids) {
   if (cu.size() < 2 || cu.front() != 0)
     throw std::invalid_argument("wlb::model::fill_micro_batch: cu_seqlens must start at 0 and hold >= 2 entries");
   for (std::size_t i = 1; i < cu.size(); ++i)
@@ -38,45 +24,77 @@ void fill_micro_batch(MicroBatchInput& mb, const std::vector<std::int64_t>& cu, 
   if (!ids.empty() && std::int64_t(ids.size()) != T)
     throw std::invalid_argument("wlb::model::fill_micro_batch: " + std::to_string(ids.size()) +
                                 " token ids for T=" + std::to_string(T) + " tokens");
-  std::vector<std::int32_t> pos(T), lo(T), hi(T), lab, tok;
-  if (!ids.empty()) {
-    lab.assign(T, -1);
-    tok.resize(T);
-  }
-  std::int64_t pairs = 0, targets = 0;
+  for (token_t id : ids)
+    if (id > token_t(std::numeric_limits<std::int32_t>::max()))
+      throw std::invalid_argument("wlb::model::fill_micro_batch: token id " + std::to_string(id) + " exceeds int32");
+}
+
+}  // namespace
+
+HostMicroBatch build_host_micro_batch(const std::vector<std::int64_t>& cu, const std::vector<token_t>& ids,
+                                      const std::vector<std::int64_t>* local) {
+  check_cu_seqlens(cu, ids);
+  const std::int64_t T = cu.back();
+  // Document start of every packed token (the mask and the positions need it).
+  std::vector<std::int32_t> start(static_cast<std::size_t>(T));
+  std::vector<bool> last(static_cast<std::size_t>(T), false);
   for (std::size_t d = 0; d + 1 < cu.size(); ++d) {
-    for (std::int64_t i = cu[d]; i < cu[d + 1]; ++i) {
-      pos[i] = std::int32_t(i - cu[d]);
-      lo[i] = std::int32_t(cu[d]);
-      hi[i] = std::int32_t(i);
-      pairs += i - cu[d] + 1;
-      if (!ids.empty()) {
-        if (ids[i] > token_t(std::numeric_limits<std::int32_t>::max()))
-          throw std::invalid_argument("wlb::model::fill_micro_batch: token id " + std::to_string(ids[i]) +
-                                      " exceeds int32");
-        tok[i] = std::int32_t(ids[i]);
-        if (i + 1 < cu[d + 1]) {
-          lab[i] = std::int32_t(ids[i + 1]);
-          ++targets;
-        }
-      }
+    for (std::int64_t i = cu[d]; i < cu[d + 1]; ++i) start[std::size_t(i)] = std::int32_t(cu[d]);
+    last[std::size_t(cu[d + 1] - 1)] = true;
+  }
+  HostMicroBatch h;
+  h.has_ids = !ids.empty();
+  auto take = [&](std::int64_t i) {
+    if (i < 0 || i >= T)
+      throw std::invalid_argument("wlb::model::build_host_micro_batch: local token " + std::to_string(i) +
+                                  " outside [0, " + std::to_string(T) + ")");
+    const std::int32_t s = start[std::size_t(i)];
+    h.positions.push_back(std::int32_t(i - s));
+    h.kv_lo.push_back(s);
+    h.kv_hi.push_back(std::int32_t(i));
+    h.attention_pairs += i - s + 1;
+    if (!ids.empty()) {
+      h.token_ids.push_back(std::int32_t(ids[std::size_t(i)]));
+      const bool target = !last[std::size_t(i)];  // labels never cross a document boundary
+      h.labels.push_back(target ? std::int32_t(ids[std::size_t(i) + 1]) : -1);
+      h.target_tokens += target ? 1 : 0;
     }
+  };
+  if (local) {
+    for (std::int64_t i : *local) take(i);
+  } else {
+    for (std::int64_t i = 0; i < T; ++i) take(i);
   }
-  ensure(mb.positions, T, "wlb::model::positions");
-  ensure(mb.kv_lo, T, "wlb::model::kv_lo");
-  ensure(mb.kv_hi, T, "wlb::model::kv_hi");
-  upload(mb.positions, pos);
-  upload(mb.kv_lo, lo);
-  upload(mb.kv_hi, hi);
-  if (!ids.empty()) {
-    ensure(mb.token_ids, T, "wlb::model::token_ids");
-    ensure(mb.labels, T, "wlb::model::labels");
-    upload(mb.token_ids, tok);
-    upload(mb.labels, lab);
+  return h;
+}
+
+void upload_ints(IntVec& dst, const std::vector<std::int32_t>& src, const char* label) {
+  if (dst.extent(0) < src.size() || dst.extent(0) == 0)
+    dst = IntVec(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
+                 std::max<std::size_t>(1, src.size()));
+  if (src.empty()) return;
+  Kokkos::View<const std::int32_t*, Layout, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(src.data(),
+                                                                                                   src.size());
+  // Unmanaged window of exact extent: deep_copy across memory spaces needs
+  // equal extents and contiguous layouts.
+  Kokkos::deep_copy(IntVec(dst.data(), src.size()), h);
+}
+
+void upload_micro_batch(MicroBatchInput& mb, const HostMicroBatch& h) {
+  upload_ints(mb.positions, h.positions, "wlb::model::positions");
+  upload_ints(mb.kv_lo, h.kv_lo, "wlb::model::kv_lo");
+  upload_ints(mb.kv_hi, h.kv_hi, "wlb::model::kv_hi");
+  if (h.has_ids) {
+    upload_ints(mb.token_ids, h.token_ids, "wlb::model::token_ids");
+    upload_ints(mb.labels, h.labels, "wlb::model::labels");
   }
-  mb.tokens = T;
-  mb.target_tokens = targets;
-  mb.attention_pairs = pairs;
+  mb.tokens = h.size();
+  mb.target_tokens = h.target_tokens;
+  mb.attention_pairs = h.attention_pairs;
+}
+
+void fill_micro_batch(MicroBatchInput& mb, const std::vector<std::int64_t>& cu, const std::vector<token_t>& ids) {
+  upload_micro_batch(mb, build_host_micro_batch(cu, ids));
 }
 
 MicroBatchInput make_micro_batch(const std::vector<std::int64_t>& cu, const std::vector<token_t>& ids) {

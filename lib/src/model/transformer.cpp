@@ -37,9 +37,7 @@ CView1<std::int32_t> ci(const IntVec& v, std::int64_t T) { return CView1<std::in
 }  // namespace
 
 std::int64_t matmul_params(const core::ModelConfig& c, std::int64_t vocab) {
-  const std::int64_t d = c.d_model, D = c.head_dim(), F = c.ffn_hidden;
-  const std::int64_t per_layer = 2 * d * c.heads * D + 2 * d * c.kv_heads * D + 3 * d * F;
-  return c.layers * per_layer + vocab * d;
+  return c.layers * c.layer_matmul_params() + vocab * std::int64_t(c.d_model);
 }
 
 double model_flops(const core::ModelConfig& c, std::int64_t vocab, std::int64_t tokens, std::int64_t pairs) {

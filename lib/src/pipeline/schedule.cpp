@@ -1,4 +1,6 @@
-// wlb::pipeline — schedule builders, layer map and the schedule simulator.
+// wlb::pipeline — schedule builders, layer map and the schedule simulator
+// (the one schedule implementation: the trainer runs these lists, the planner
+// simulates them).
 #include "wlb4d/pipeline/schedule.hpp"
 
 #include "wlb4d/core/error.hpp"
@@ -10,13 +12,13 @@
 #include <map>
 #include <tuple>
 #include <utility>
-#include <stdexcept>
 
 namespace wlb::pipeline {
 
 namespace {
 
 using core::ConfigError;
+using core::InternalError;
 
 // ---- data identities ------------------------------------------------------------
 // act(mb, c): output activation of global chunk c; grad(mb, c): gradient w.r.t.
@@ -102,7 +104,7 @@ Key message_key(const Action& a, int rank, const Geometry& g) {
     case ActionType::RecvGrad: return {true, a.micro_batch, c + 1};
     default: break;
   }
-  throw ConfigError(fmt::format("pipeline: {} is not a message", to_string(a)));
+  throw InternalError(fmt::format("pipeline: {} is not a message", to_string(a)));
 }
 
 bool is_send(ActionType t) { return t == ActionType::SendAct || t == ActionType::SendGrad; }
@@ -120,130 +122,162 @@ Action recv_action(const Key& k, const Geometry& g) {
 
 /// Builds every rank's list by a joint simulation (see schedule.hpp): compute
 /// orders from compute_order(), messages inserted as rendezvous pairs in one
-/// global event sequence.
-std::vector<std::vector<Action>> build_lists(ScheduleKind kind, int p, int m, int v) {
-  const Geometry g{p, m, v};
-  const int C = g.chunks();
+/// global event sequence (uniform times F = 1, B = 2 per chunk).
+class ListBuilder {
+ public:
+  ListBuilder(ScheduleKind kind, int p, int m, int v) : kind_(kind), g_{p, m, v} {
+    R_.resize(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) R_[r].ops = compute_order(kind, r, p, m, v);
+    available_.assign(static_cast<std::size_t>(g_.n_keys()), 0);
+    fwd_done_.assign(static_cast<std::size_t>(m * g_.chunks()), 0);
+  }
+
+  std::vector<std::vector<Action>> build() {
+    for (;;) {
+      const int r = next_active();
+      if (r < 0) {
+        if (all_done()) break;
+        throw InternalError(fmt::format("pipeline: schedule {} (p={}, m={}, v={}) has a cyclic dependency",
+                                        to_string(kind_), g_.p, g_.m, g_.v));
+      }
+      hand_off_pending(r);
+      advance(r);
+    }
+    std::vector<std::vector<Action>> lists(static_cast<std::size_t>(g_.p));
+    for (int r = 0; r < g_.p; ++r) lists[r] = std::move(R_[r].out);
+    return lists;
+  }
+
+ private:
   enum State { Active, Blocked, Done };
   struct Rank {
     std::vector<Action> ops;
     std::size_t idx = 0;
     double clock = 0;
     State state = Active;
-    int waiting = -1;            // key index while Blocked
-    std::vector<Key> pending;    // produced, not yet sent
+    int waiting = -1;          // key index while Blocked
+    std::vector<Key> pending;  // produced, not yet sent
     std::vector<Action> out;
   };
-  std::vector<Rank> R(static_cast<std::size_t>(p));
-  for (int r = 0; r < p; ++r) R[r].ops = compute_order(kind, r, p, m, v);
-  std::vector<char> available(static_cast<std::size_t>(g.n_keys()), 0);  // at its consumer
-  std::vector<char> fwd_done(static_cast<std::size_t>(m * C), 0);
-  const double tf = 1.0, tb = 2.0;
 
-  auto pair = [&](int s, int q, const Key& k) {
-    auto& S = R[s];
-    auto& Q = R[q];
+  /// The active rank with the smallest clock (-1: none).
+  int next_active() const {
+    int r = -1;
+    for (int i = 0; i < g_.p; ++i)
+      if (R_[i].state == Active && (r < 0 || R_[i].clock < R_[r].clock)) r = i;
+    return r;
+  }
+
+  bool all_done() const {
+    bool done = true;
+    for (const auto& x : R_) done = done && x.state == Done && x.pending.empty();
+    return done;
+  }
+
+  /// One rendezvous event: s sends k to q.
+  void pair(int s, int q, const Key& k) {
+    auto& S = R_[s];
+    auto& Q = R_[q];
     const double t = std::max(S.clock, Q.clock);
-    S.out.push_back(send_action(k, g));
-    Q.out.push_back(recv_action(k, g));
+    S.out.push_back(send_action(k, g_));
+    Q.out.push_back(recv_action(k, g_));
     S.pending.erase(std::find(S.pending.begin(), S.pending.end(), k));
-    available[g.index(k)] = 1;
+    available_[g_.index(k)] = 1;
     S.clock = std::max(S.clock, t);
     Q.clock = t;
-    if (Q.state == Blocked && Q.waiting == g.index(k)) {
+    if (Q.state == Blocked && Q.waiting == g_.index(k)) {
       Q.state = Active;
       Q.waiting = -1;
     }
-  };
+  }
 
-  // The remote input rank q needs before its next compute (-1: none / has it).
-  auto next_need = [&](int q) -> int {
-    const auto& Q = R[q];
+  /// The remote input rank q needs before its next compute (-1: none / has it).
+  int next_need(int q) const {
+    const auto& Q = R_[q];
     if (Q.state == Blocked) return Q.waiting;
     if (Q.idx >= Q.ops.size()) return -1;
     const Action& x = Q.ops[Q.idx];
-    const int c = g.gchunk(q, x.virtual_stage);
+    const int c = g_.gchunk(q, x.virtual_stage);
     const bool fwd = x.type == ActionType::Forward;
     const int src = fwd ? c - 1 : c + 1;
-    if (src < 0 || src >= C || g.owner(src) == q) return -1;
-    const int k = g.index({!fwd, x.micro_batch, src});
-    return available[k] ? -1 : k;
-  };
+    if (src < 0 || src >= g_.chunks() || g_.owner(src) == q) return -1;
+    const int k = g_.index({!fwd, x.micro_batch, src});
+    return available_[k] ? -1 : k;
+  }
 
-  for (;;) {
-    int r = -1;
-    for (int i = 0; i < p; ++i)
-      if (R[i].state == Active && (r < 0 || R[i].clock < R[r].clock)) r = i;
-    if (r < 0) {
-      bool all_done = true;
-      for (const auto& x : R) all_done = all_done && x.state == Done && x.pending.empty();
-      if (all_done) break;
-      throw std::logic_error(fmt::format("pipeline: internal error: schedule {} (p={}, m={}, v={}) has a cyclic "
-                                         "dependency",
-                                         to_string(kind), p, m, v));
-    }
-    auto& me = R[r];
-    // (a) before computing, hand pending outputs to ranks that need them now
-    //     (blocked on them, or idle up to this time with it as their next input).
+  /// (a) Before computing, hand pending outputs of r to ranks that need them
+  /// now (blocked on them, or idle up to this time with it as their next input).
+  void hand_off_pending(int r) {
+    auto& me = R_[r];
     for (std::size_t i = 0; i < me.pending.size();) {
       const Key k = me.pending[i];
-      const int q = g.owner(k.grad ? k.c - 1 : k.c + 1);
-      if ((R[q].state == Blocked || R[q].clock <= me.clock) && next_need(q) == g.index(k))
+      const int q = g_.owner(k.grad ? k.c - 1 : k.c + 1);
+      if ((R_[q].state == Blocked || R_[q].clock <= me.clock) && next_need(q) == g_.index(k))
         pair(r, q, k);  // erases pending[i]
       else
         ++i;
     }
-    // (b) the next compute.
+  }
+
+  /// (b) The next compute of r, or the message that must come first, or block.
+  void advance(int r) {
+    auto& me = R_[r];
     if (me.idx == me.ops.size()) {
       me.state = Done;
-      continue;
+      return;
     }
     const Action& x = me.ops[me.idx];
-    const int c = g.gchunk(r, x.virtual_stage);
+    const int C = g_.chunks();
+    const int c = g_.gchunk(r, x.virtual_stage);
     const bool fwd = x.type == ActionType::Forward;
-    bool has_input = true;
-    Key need{};
-    if (fwd && c > 0) {
-      need = {false, x.micro_batch, c - 1};
-      has_input = false;
-    } else if (!fwd && c < C - 1) {
-      need = {true, x.micro_batch, c + 1};
-      has_input = false;
-    }
-    if (!fwd && !fwd_done[x.micro_batch * C + c])
-      throw std::logic_error("pipeline: internal error: backward before its forward");
-    if (!has_input) {
-      if (!available[g.index(need)]) {
-        const int s = g.owner(need.c);
-        if (s == r)
-          throw std::logic_error("pipeline: internal error: local input not produced before use");
-        auto& S = R[s];
-        const bool pend = std::find(S.pending.begin(), S.pending.end(), need) != S.pending.end();
-        if (pend && (S.state != Active || S.clock <= me.clock)) {
-          pair(s, r, need);
-        } else {
-          me.state = Blocked;
-          me.waiting = g.index(need);
-        }
-        continue;
+    if (!fwd && !fwd_done_[x.micro_batch * C + c]) throw InternalError("pipeline: backward before its forward");
+    const bool remote_input = fwd ? c > 0 : c < C - 1;
+    if (remote_input) {
+      const Key need = fwd ? Key{false, x.micro_batch, c - 1} : Key{true, x.micro_batch, c + 1};
+      if (!available_[g_.index(need)]) {
+        wait_for(r, need);
+        return;
       }
     }
     me.out.push_back(x);
-    me.clock += fwd ? tf : tb;
+    me.clock += fwd ? 1.0 : 2.0;
     ++me.idx;
-    if (fwd) fwd_done[x.micro_batch * C + c] = 1;
+    if (fwd) fwd_done_[x.micro_batch * C + c] = 1;
     const Key prod{!fwd, x.micro_batch, c};
     const int consumer = fwd ? c + 1 : c - 1;
     if (consumer >= 0 && consumer < C) {
-      if (g.owner(consumer) == r)
-        available[g.index(prod)] = 1;  // local hand-off (p = 1)
+      if (g_.owner(consumer) == r)
+        available_[g_.index(prod)] = 1;  // local hand-off (p = 1)
       else if (!(fwd && c == C - 1))
         me.pending.push_back(prod);
     }
   }
-  std::vector<std::vector<Action>> lists(static_cast<std::size_t>(p));
-  for (int r = 0; r < p; ++r) lists[r] = std::move(R[r].out);
-  return lists;
+
+  /// r needs `need` (not yet delivered): pair it now if its sender holds it
+  /// and can send, else block r on it.
+  void wait_for(int r, const Key& need) {
+    auto& me = R_[r];
+    const int s = g_.owner(need.c);
+    if (s == r) throw InternalError("pipeline: local input not produced before use");
+    auto& S = R_[s];
+    const bool pend = std::find(S.pending.begin(), S.pending.end(), need) != S.pending.end();
+    if (pend && (S.state != Active || S.clock <= me.clock)) {
+      pair(s, r, need);
+    } else {
+      me.state = Blocked;
+      me.waiting = g_.index(need);
+    }
+  }
+
+  ScheduleKind kind_;
+  Geometry g_;
+  std::vector<Rank> R_;
+  std::vector<char> available_;  // at its consumer
+  std::vector<char> fwd_done_;
+};
+
+std::vector<std::vector<Action>> build_lists(ScheduleKind kind, int p, int m, int v) {
+  return ListBuilder(kind, p, m, v).build();
 }
 
 void validate(ScheduleKind kind, int pp_size, int m, int v) {
@@ -318,9 +352,23 @@ std::vector<Action> build_schedule(ScheduleKind kind, int pp_rank, int pp_size, 
   return build_all_schedules(kind, pp_size, num_micro_batches, virtual_stages)[pp_rank];
 }
 
+std::vector<Action> training_action_list(const core::ParallelConfig& par, int pp_rank, int m, bool backward) {
+  auto kind = parse_schedule_kind(par.schedule);
+  if (!backward && kind == ScheduleKind::Interleaved && m % par.pp != 0) kind = ScheduleKind::BreadthFirst;
+  std::vector<Action> actions = build_schedule(kind, pp_rank, par.pp, m, par.virtual_stages);
+  if (!backward)
+    actions.erase(std::remove_if(actions.begin(), actions.end(),
+                                 [](const Action& a) {
+                                   return a.type == ActionType::Backward || a.type == ActionType::SendGrad ||
+                                          a.type == ActionType::RecvGrad;
+                                 }),
+                  actions.end());
+  return actions;
+}
+
 int p2p_tag(const Action& a, int pp_rank, int pp_size) {
   if (!is_send(a.type) && !is_recv(a.type))
-    throw ConfigError(fmt::format("pipeline: p2p_tag of compute action {}", to_string(a)));
+    throw InternalError(fmt::format("pipeline: p2p_tag of compute action {}", to_string(a)));
   // Boundary b between chunks b and b+1; activations even, gradients odd.
   const int c = a.virtual_stage * pp_size + pp_rank;
   int boundary = 0;
@@ -375,135 +423,181 @@ double SimResult::bubble_fraction() const {
   return 1.0 - s / (static_cast<double>(busy.size()) * makespan);
 }
 
-SimResult simulate_schedule(const std::vector<std::vector<Action>>& schedules, int pp_size, int virtual_stages,
-                            const StageTimes& times, double p2p_latency, P2PMode mode) {
-  const int p = pp_size, v = virtual_stages;
-  if (p < 1 || v < 1 || static_cast<int>(schedules.size()) != p)
-    throw ConfigError(fmt::format("simulate_schedule: {} action lists for pp={} (v={})", schedules.size(), p, v));
-  const int m = static_cast<int>(times.forward.size());
-  if (m < 1 || times.backward.size() != times.forward.size())
-    throw ConfigError("simulate_schedule: times.forward and times.backward need one row per micro-batch");
-  const Geometry g{p, m, v};
-  const int C = g.chunks();
-  for (int i = 0; i < m; ++i)
-    if (static_cast<int>(times.forward[i].size()) != C || static_cast<int>(times.backward[i].size()) != C)
-      throw ConfigError(fmt::format("simulate_schedule: micro-batch {} needs {} chunk durations", i, C));
+namespace {
 
-  std::vector<std::size_t> pos(p, 0);
-  std::vector<double> clock(p, 0.0);
-  SimResult res;
-  res.busy.assign(p, 0.0);
-  // Data state: when an input reached its consumer (-1: not yet), fwd done flags.
-  std::vector<double> arrived(static_cast<std::size_t>(g.n_keys()), -1.0);
-  std::vector<char> fwd_done(static_cast<std::size_t>(m * C), 0), bwd_done(static_cast<std::size_t>(m * C), 0);
-  // Eager mode: FIFO channels (src, dst, tag) of (data, time available at the receiver),
-  // matched like MPI: a receive takes the oldest message of its (src, tag).
-  std::map<std::tuple<int, int, int>, std::deque<std::pair<Key, double>>> channels;
+/// Executes every rank's action list against compute durations (see
+/// simulate_schedule in schedule.hpp): each rank runs its list in order; a
+/// compute starts when the rank is free and its input has arrived; messages
+/// complete as rendezvous pairs or through eager FIFO channels.
+class ListSimulator {
+ public:
+  ListSimulator(const std::vector<std::vector<Action>>& lists, int p, int v, const StageTimes& times,
+                double p2p_latency, P2PMode mode)
+      : lists_(lists), times_(times), mode_(mode), default_latency_(p2p_latency) {
+    check_shapes(p, v);
+    pos_.assign(std::size_t(p), 0);
+    clock_.assign(std::size_t(p), 0.0);
+    res_.busy.assign(std::size_t(p), 0.0);
+    arrived_.assign(std::size_t(g_.n_keys()), -1.0);
+    fwd_done_.assign(std::size_t(g_.m * g_.chunks()), 0);
+    bwd_done_ = fwd_done_;
+  }
 
-  auto where = [&](int r) {
-    return pos[r] < schedules[r].size() ? fmt::format("rank {} at #{} {}", r, pos[r], to_string(schedules[r][pos[r]]))
-                                        : fmt::format("rank {} finished", r);
-  };
-  auto check_msg = [&](const Action& a, int r) {
-    const Key k = message_key(a, r, g);
-    if (k.mb < 0 || k.mb >= m || k.c < 0 || k.c >= C)
-      throw ConfigError(fmt::format("simulate_schedule: {} on rank {} names no existing data", to_string(a), r));
-    const Action expect = is_send(a.type) ? send_action(k, g) : recv_action(k, g);
-    if (!(expect == a) || g.owner(k.grad ? k.c - 1 : k.c + 1) == g.owner(k.c))
-      throw ConfigError(fmt::format("simulate_schedule: rank {}: {} has the wrong partner or is a local hand-off "
-                                    "(expected {})",
-                                    r, to_string(a), to_string(expect)));
+  SimResult run() {
+    const int p = g_.p;
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int r = 0; r < p; ++r)
+        while (step(r)) progress = true;
+    }
+    std::string stuck;
+    for (int r = 0; r < p; ++r)
+      if (pos_[r] < lists_[r].size()) stuck += (stuck.empty() ? "" : "; ") + where(r);
+    if (!stuck.empty()) throw InternalError("simulate_schedule: the action lists deadlock: " + stuck);
+    res_.finish = clock_;
+    res_.makespan = *std::max_element(clock_.begin(), clock_.end());
+    return res_;
+  }
+
+ private:
+  void check_shapes(int p, int v) {
+    if (p < 1 || v < 1 || static_cast<int>(lists_.size()) != p)
+      throw InternalError(fmt::format("simulate_schedule: {} action lists for pp={} (v={})", lists_.size(), p, v));
+    const int m = static_cast<int>(times_.forward.size());
+    if (m < 1 || times_.backward.size() != times_.forward.size())
+      throw InternalError("simulate_schedule: times.forward and times.backward need one row per micro-batch");
+    g_ = Geometry{p, m, v};
+    const int C = g_.chunks();
+    for (int i = 0; i < m; ++i)
+      if (static_cast<int>(times_.forward[i].size()) != C || static_cast<int>(times_.backward[i].size()) != C)
+        throw InternalError(fmt::format("simulate_schedule: micro-batch {} needs {} chunk durations", i, C));
+    if (!times_.p2p.empty() && static_cast<int>(times_.p2p.size()) != m)
+      throw InternalError(fmt::format("simulate_schedule: times.p2p holds {} latencies for {} micro-batches",
+                                      times_.p2p.size(), m));
+  }
+
+  double latency(int mb) const { return times_.p2p.empty() ? default_latency_ : times_.p2p[std::size_t(mb)]; }
+
+  std::string where(int r) const {
+    return pos_[r] < lists_[r].size() ? fmt::format("rank {} at #{} {}", r, pos_[r], to_string(lists_[r][pos_[r]]))
+                                      : fmt::format("rank {} finished", r);
+  }
+
+  Key check_msg(const Action& a, int r) const {
+    const Key k = message_key(a, r, g_);
+    const int C = g_.chunks();
+    if (k.mb < 0 || k.mb >= g_.m || k.c < 0 || k.c >= C)
+      throw InternalError(fmt::format("simulate_schedule: {} on rank {} names no existing data", to_string(a), r));
+    const Action expect = is_send(a.type) ? send_action(k, g_) : recv_action(k, g_);
+    if (!(expect == a) || g_.owner(k.grad ? k.c - 1 : k.c + 1) == g_.owner(k.c))
+      throw InternalError(fmt::format("simulate_schedule: rank {}: {} has the wrong partner or is a local hand-off "
+                                      "(expected {})",
+                                      r, to_string(a), to_string(expect)));
     return k;
-  };
+  }
 
-  // One step of rank r; false if it must wait.
-  auto step = [&](int r) -> bool {
-    if (pos[r] >= schedules[r].size()) return false;
-    const Action& a = schedules[r][pos[r]];
-    if (a.type == ActionType::Forward || a.type == ActionType::Backward) {
-      if (a.micro_batch < 0 || a.micro_batch >= m || a.virtual_stage < 0 || a.virtual_stage >= v)
-        throw ConfigError(fmt::format("simulate_schedule: rank {}: {} out of range", r, to_string(a)));
-      const int c = g.gchunk(r, a.virtual_stage);
-      const bool fwd = a.type == ActionType::Forward;
-      double start = clock[r];
-      const int src = fwd ? c - 1 : c + 1;
-      if (!fwd && !fwd_done[a.micro_batch * C + c])
-        throw ConfigError(fmt::format("simulate_schedule: rank {}: {} before its forward", r, to_string(a)));
-      if (src >= 0 && src < C) {
-        const Key need{!fwd, a.micro_batch, src};
-        const double t = arrived[g.index(need)];
-        if (t < 0)
-          throw ConfigError(fmt::format("simulate_schedule: rank {}: {} runs before its input ({} of mb {} from "
+  /// One action of rank r; false if it must wait.
+  bool step(int r) {
+    if (pos_[r] >= lists_[r].size()) return false;
+    const Action& a = lists_[r][pos_[r]];
+    if (a.type == ActionType::Forward || a.type == ActionType::Backward) return compute(r, a);
+    const Key k = check_msg(a, r);
+    return is_send(a.type) ? send(r, a, k) : receive(r, a, k);
+  }
+
+  bool compute(int r, const Action& a) {
+    const int C = g_.chunks();
+    if (a.micro_batch < 0 || a.micro_batch >= g_.m || a.virtual_stage < 0 || a.virtual_stage >= g_.v)
+      throw InternalError(fmt::format("simulate_schedule: rank {}: {} out of range", r, to_string(a)));
+    const int c = g_.gchunk(r, a.virtual_stage);
+    const bool fwd = a.type == ActionType::Forward;
+    double start = clock_[r];
+    const int src = fwd ? c - 1 : c + 1;
+    if (!fwd && !fwd_done_[a.micro_batch * C + c])
+      throw InternalError(fmt::format("simulate_schedule: rank {}: {} before its forward", r, to_string(a)));
+    if (src >= 0 && src < C) {
+      const double t = arrived_[g_.index({!fwd, a.micro_batch, src})];
+      if (t < 0)
+        throw InternalError(fmt::format("simulate_schedule: rank {}: {} runs before its input ({} of mb {} from "
                                         "chunk {}) was received",
                                         r, to_string(a), fwd ? "activation" : "gradient", a.micro_batch, src));
-        start = std::max(start, t);
-      }
-      const double d = fwd ? times.forward[a.micro_batch][c] : times.backward[a.micro_batch][c];
-      clock[r] = start + d;
-      res.busy[r] += d;
-      (fwd ? fwd_done : bwd_done)[a.micro_batch * C + c] = 1;
-      const int dst = fwd ? c + 1 : c - 1;
-      if (dst >= 0 && dst < C && g.owner(dst) == r) arrived[g.index({!fwd, a.micro_batch, c})] = clock[r];
-      ++pos[r];
+      start = std::max(start, t);
+    }
+    const double d = fwd ? times_.forward[a.micro_batch][c] : times_.backward[a.micro_batch][c];
+    clock_[r] = start + d;
+    res_.busy[r] += d;
+    (fwd ? fwd_done_ : bwd_done_)[a.micro_batch * C + c] = 1;
+    const int dst = fwd ? c + 1 : c - 1;
+    if (dst >= 0 && dst < C && g_.owner(dst) == r) arrived_[g_.index({!fwd, a.micro_batch, c})] = clock_[r];
+    ++pos_[r];
+    return true;
+  }
+
+  bool send(int r, const Action& a, const Key& k) {
+    const int p = g_.p, C = g_.chunks();
+    if (!(k.grad ? bwd_done_ : fwd_done_)[k.mb * C + k.c])
+      throw InternalError(fmt::format("simulate_schedule: rank {}: {} before the data was computed", r, to_string(a)));
+    if (mode_ == P2PMode::Eager) {
+      channels_[{r, a.peer, p2p_tag(a, r, p)}].emplace_back(k, clock_[r] + latency(k.mb));
+      ++pos_[r];
       return true;
     }
-    const Key k = check_msg(a, r);
-    if (is_send(a.type)) {
-      if (!(k.grad ? bwd_done : fwd_done)[k.mb * C + k.c])
-        throw ConfigError(fmt::format("simulate_schedule: rank {}: {} before the data was computed", r, to_string(a)));
-      if (mode == P2PMode::Eager) {
-        channels[{r, a.peer, p2p_tag(a, r, p)}].emplace_back(k, clock[r] + p2p_latency);
-        ++pos[r];
-        return true;
-      }
-      const int q = a.peer;
-      if (pos[q] >= schedules[q].size()) return false;
-      const Action& b = schedules[q][pos[q]];
-      if (!is_recv(b.type) || b.peer != r) return false;  // partner busy with something else
-      const Key kq = check_msg(b, q);
-      if (!(kq == k)) {
-        if (p2p_tag(a, r, p) == p2p_tag(b, q, p))
-          throw ConfigError(fmt::format("simulate_schedule: message mismatch: {} sends {}, {} expects {}", where(r),
+    const int q = a.peer;
+    if (pos_[q] >= lists_[q].size()) return false;
+    const Action& b = lists_[q][pos_[q]];
+    if (!is_recv(b.type) || b.peer != r) return false;  // partner busy with something else
+    const Key kq = check_msg(b, q);
+    if (!(kq == k)) {
+      if (p2p_tag(a, r, p) == p2p_tag(b, q, p))
+        throw InternalError(fmt::format("simulate_schedule: message mismatch: {} sends {}, {} expects {}", where(r),
                                         to_string(a), where(q), to_string(b)));
-        return false;
-      }
-      const double t = std::max(clock[r], clock[q]) + p2p_latency;
-      clock[r] = clock[q] = t;
-      arrived[g.index(k)] = t;
-      ++pos[r];
-      ++pos[q];
-      return true;
+      return false;
     }
-    // receive
-    if (mode == P2PMode::Eager) {
-      auto& ch = channels[{a.peer, r, p2p_tag(a, r, p)}];
-      if (ch.empty()) return false;
-      if (!(ch.front().first == k))
-        throw ConfigError(fmt::format("simulate_schedule: message mismatch: {} expects mb {} of chunk {}, the "
+    const double t = std::max(clock_[r], clock_[q]) + latency(k.mb);
+    clock_[r] = clock_[q] = t;
+    arrived_[g_.index(k)] = t;
+    ++pos_[r];
+    ++pos_[q];
+    return true;
+  }
+
+  bool receive(int r, const Action& a, const Key& k) {
+    if (mode_ != P2PMode::Eager) return false;  // rendezvous receives complete from the sender's side
+    auto& ch = channels_[{a.peer, r, p2p_tag(a, r, g_.p)}];
+    if (ch.empty()) return false;
+    if (!(ch.front().first == k))
+      throw InternalError(fmt::format("simulate_schedule: message mismatch: {} expects mb {} of chunk {}, the "
                                       "oldest message from rank {} is mb {} of chunk {}",
                                       where(r), k.mb, k.c, a.peer, ch.front().first.mb, ch.front().first.c));
-      const double t = ch.front().second;
-      ch.pop_front();
-      clock[r] = std::max(clock[r], t);
-      arrived[g.index(k)] = clock[r];
-      ++pos[r];
-      return true;
-    }
-    return false;  // rendezvous receives complete from the sender's side
-  };
-
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < p; ++r)
-      while (step(r)) progress = true;
+    const double t = ch.front().second;
+    ch.pop_front();
+    clock_[r] = std::max(clock_[r], t);
+    arrived_[g_.index(k)] = clock_[r];
+    ++pos_[r];
+    return true;
   }
-  std::string stuck;
-  for (int r = 0; r < p; ++r)
-    if (pos[r] < schedules[r].size()) stuck += (stuck.empty() ? "" : "; ") + where(r);
-  if (!stuck.empty()) throw ConfigError("simulate_schedule: the action lists deadlock: " + stuck);
-  res.finish = clock;
-  res.makespan = *std::max_element(clock.begin(), clock.end());
-  return res;
+
+  const std::vector<std::vector<Action>>& lists_;
+  const StageTimes& times_;
+  P2PMode mode_;
+  double default_latency_;
+  Geometry g_;
+  std::vector<std::size_t> pos_;
+  std::vector<double> clock_;
+  SimResult res_;
+  // Data state: when an input reached its consumer (-1: not yet), compute done flags.
+  std::vector<double> arrived_;
+  std::vector<char> fwd_done_, bwd_done_;
+  // Eager mode: FIFO channels (src, dst, tag) of (data, time available at the receiver),
+  // matched like MPI: a receive takes the oldest message of its (src, tag).
+  std::map<std::tuple<int, int, int>, std::deque<std::pair<Key, double>>> channels_;
+};
+
+}  // namespace
+
+SimResult simulate_schedule(const std::vector<std::vector<Action>>& schedules, int pp_size, int virtual_stages,
+                            const StageTimes& times, double p2p_latency, P2PMode mode) {
+  return ListSimulator(schedules, pp_size, virtual_stages, times, p2p_latency, mode).run();
 }
 
 SimResult simulate_schedule(ScheduleKind kind, int pp_size, int num_micro_batches, int virtual_stages,

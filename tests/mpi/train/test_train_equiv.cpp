@@ -14,7 +14,7 @@
 #include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/model/params.hpp"
-#include "wlb4d/train/executor.hpp"
+#include "wlb4d/pipeline/executor.hpp"
 #include "wlb4d/train/trainer.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -314,7 +314,7 @@ std::pair<double, std::vector<std::vector<float>>> step_grads(const core::Config
                                                               const std::vector<balance::MicroBatch>& mbs,
                                                               balance::Sharding sh) {
   return or_abort("executor", [&] {
-    train::Executor ex(cfg, g, ds.vocab_size());
+    pipeline::Executor ex(cfg, g, ds.vocab_size());
     std::vector<balance::MicroBatch> mine;
     std::int64_t targets = 0;
     for (std::size_t i = 0; i < mbs.size(); ++i) {
@@ -323,8 +323,7 @@ std::pair<double, std::vector<std::vector<float>>> step_grads(const core::Config
     }
     for (auto& c : ex.chunks()) c->zero_grad();
     ex.load(ds, mine, std::vector<balance::Sharding>(mine.size(), sh));
-    io::TimingRecord rec;
-    double loss = ex.run(true, 1.0 / double(targets), rec);
+    double loss = ex.run(true, 1.0 / double(targets)).loss_sum;
     for (auto& c : ex.chunks()) g.dpcp().allreduce(c->params().grads());
     loss = g.dpcp().allreduce_value(loss);
     loss = g.pp().allreduce_value(g.is_last_stage() ? loss : 0.0);

@@ -69,7 +69,7 @@ TEST(CostModel, FromModelFlopProfile) {
   const double p_layer = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008;
   EXPECT_NEAR(m.a, 6 * p_layer / 8 / 4e14, 1e-18);
   EXPECT_NEAR(m.b, 7.0 * 4096 / 8 / (0.6 * 4e14), 1e-22);
-  // FLOP-parity breakpoint of reference §2.1 (≈49K for Llama2-7B at eff 1),
+  // FLOP-parity breakpoint of docs/wlb-llm.md §2.1 (≈49K for Llama2-7B at eff 1),
   // shifted by the 3 : 3.5 fwd+bwd factors and the attention efficiency.
   EXPECT_NEAR(m.breakpoint(), 6.0 / 7.0 * 0.6 * p_layer / 4096, 1.0);
   EXPECT_THROW(CostModel::from_model(llama7b, 0, 4e14), wlb::core::ConfigError);

@@ -138,7 +138,7 @@ TEST(Packers, FixedIsStreamOrderInContiguousReplicaBlocks) {
 }
 
 TEST(Packers, BalanceOrderingOnLongTailedStreams) {
-  // reference §2.5 / Table 2: original (fixed) >= Fixed-Len Greedy >= WLB on
+  // docs/wlb-llm.md §2.5 / Table 2: original (fixed) >= Fixed-Len Greedy >= WLB on
   // latency imbalance; the paper's 7B-128K setting N = 4, S = 128K.
   const CostModel cost = test_cost();
   for (int real = 0; real < 2; ++real) {

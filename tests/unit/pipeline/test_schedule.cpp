@@ -305,7 +305,7 @@ TEST(Schedule, TagsPairUp) {
     EXPECT_EQ(s, rcv);
     EXPECT_FALSE(s.empty());
   }
-  EXPECT_THROW(p2p_tag(Action{ActionType::Forward, 0, 0, -1}, 0, 2), wlb::core::ConfigError);
+  EXPECT_THROW(p2p_tag(Action{ActionType::Forward, 0, 0, -1}, 0, 2), wlb::core::InternalError);
 }
 
 TEST(LayerMap, UnevenSplitsAndErrors) {
@@ -385,7 +385,7 @@ TEST(Simulator, DetectsDeadlockAndBadLists) {
   EXPECT_NO_THROW(simulate_schedule(l, 2, 1, t));
   auto bad = l;
   std::swap(bad[1][0], bad[1][3]);  // stage 1 sends its gradient before receiving
-  EXPECT_THROW(simulate_schedule(bad, 2, 1, t), wlb::core::ConfigError);
+  EXPECT_THROW(simulate_schedule(bad, 2, 1, t), wlb::core::InternalError);
   EXPECT_TRUE(run_pipeline(bad, 2, 1, 1, 2).deadlock);
   // Classic cross deadlock with two micro-batches: both ranks send first.
   std::vector<std::vector<Action>> x(2);
@@ -399,7 +399,7 @@ TEST(Simulator, DetectsDeadlockAndBadLists) {
   try {
     simulate_schedule(x, 2, 1, t2);
     ADD_FAILURE() << "cross sends not detected";
-  } catch (const wlb::core::ConfigError& e) {
+  } catch (const wlb::core::InternalError& e) {
     EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(run_pipeline(x, 2, 1, 1, 2).deadlock);
@@ -408,7 +408,7 @@ TEST(Simulator, DetectsDeadlockAndBadLists) {
   // Micro-batches crossed on the same tag: MPI would deliver the wrong data.
   auto crossed = x;
   crossed[1][0].micro_batch = 1;
-  EXPECT_THROW(simulate_schedule(crossed, 2, 1, t2, 0.0, P2PMode::Eager), wlb::core::ConfigError);
+  EXPECT_THROW(simulate_schedule(crossed, 2, 1, t2, 0.0, P2PMode::Eager), wlb::core::InternalError);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #pragma once
 /// \file cost_model.hpp
 /// \brief Latency model of one micro-batch per transformer layer, forward +
-/// backward (reference/wlb-llm.md §2.1, paper §4.1 Eq. 2), with the effect of
+/// backward (docs/wlb-llm.md §2.1, paper §4.1 Eq. 2), with the effect of
 /// CP sharding on the attention term (§3.3–3.5).
 ///
 /// Units: tokens for lengths, seconds for latencies. All latencies are *per
@@ -76,7 +76,7 @@ struct CostModel {
   double latency(const MicroBatch& mb, int cp, Sharding sharding) const;
 
   /// Length at which a span's attention cost equals its linear cost, a/b
-  /// (tokens; reference §2.1 "ATTN_LINEAR_BREAKPOINT"). Infinity if b = 0.
+  /// (tokens; docs/wlb-llm.md §2.1 "ATTN_LINEAR_BREAKPOINT"). Infinity if b = 0.
   double breakpoint() const;
 
   /// The deck's coefficients balance.cost_a/b/c.
@@ -84,7 +84,7 @@ struct CostModel {
   /// then fit() timings) or if cost_a and cost_b are both 0.
   static CostModel from_config(const core::Config& cfg);
 
-  /// FLOP-count profile (reference §2.1 [derived] FLOP parity) for a
+  /// FLOP-count profile (docs/wlb-llm.md §2.1 [derived] FLOP parity) for a
   /// Llama-style layer on a tp-way tensor-parallel device sustaining
   /// `flops_per_s` in GEMMs and `attention_efficiency`·flops_per_s in the
   /// attention kernel:
@@ -96,7 +96,7 @@ struct CostModel {
                               double attention_efficiency = 0.6);
 };
 
-/// Calibration (reference §2.1 "profile … keep them as fitted α·d² + β·d + γ"):
+/// Calibration (docs/wlb-llm.md §2.1 "profile … keep them as fitted α·d² + β·d + γ"):
 /// non-negative least squares of seconds ≈ c + a·Σd + b·Σd² over the samples
 /// (exact active-set search over the 7 non-empty subsets of {c, a, b}; the
 /// dropped coefficients are 0). Columns are scaled before solving.

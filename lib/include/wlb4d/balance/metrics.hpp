@@ -1,6 +1,6 @@
 #pragma once
 /// \file metrics.hpp
-/// \brief Per-step balance metrics (DESIGN §6; reference/wlb-llm.md §1.3,
+/// \brief Per-step balance metrics (DESIGN §6; docs/wlb-llm.md §1.3,
 /// §1.4, §2.3, §7 item 6). Logged by the trainer every step and reported by
 /// wlb4d-plan.
 

@@ -1,7 +1,7 @@
 #pragma once
 /// \file packer.hpp
 /// \brief Packers: which documents form which micro-batch in which step, and
-/// on which DP replica (DESIGN §2 step 2, §6; reference/wlb-llm.md §1.5, §2).
+/// on which DP replica (DESIGN §2 step 2, §6; docs/wlb-llm.md §1.5, §2).
 ///
 /// Common rules of all packers:
 ///   * **Token budget.** Each step takes exactly B = train.micro_batches ×
@@ -42,7 +42,7 @@
 ///       1. the step's budget B is drawn; documents longer than the context
 ///          window (max_seq_len) are cut into pieces of <= max_seq_len (a
 ///          micro-batch may hold up to S_max = max_tokens >= max_seq_len
-///          tokens of several documents, reference §2.2);
+///          tokens of several documents, docs/wlb-llm.md §2.2);
 ///       2. a piece with d >= L_1 goes to outlier queue i (L_i <= d < L_{i+1});
 ///          others are new documents;
 ///       3. a queue holding >= N = micro_batches pieces releases its N oldest
@@ -124,6 +124,14 @@ class Packer {
   /// past steps plus these tile every drawn document exactly.
   virtual std::vector<Span> pending() const = 0;
 };
+
+/// The fixed packing as a function (the one implementation the `fixed`
+/// packer and the trainer's validation batches share): the spans in order,
+/// concatenated and cut every max_seq_len tokens; a span crossing a boundary
+/// continues in the next micro-batch. Every micro-batch holds exactly
+/// max_seq_len tokens but the last, which holds the rest (none when spans is
+/// empty). \throws core::ConfigError if max_seq_len < 1.
+std::vector<MicroBatch> pack_in_order(const std::vector<Span>& spans, std::int64_t max_seq_len);
 
 /// A packer from explicit settings. \throws core::ConfigError (validate()).
 std::unique_ptr<Packer> make_packer(const PackerParams& params, const CostModel& cost);

@@ -50,7 +50,7 @@ struct MicroBatch {
   }
 };
 
-/// CP sharding of one micro-batch (reference/wlb-llm.md §3.1, §3.3).
+/// CP sharding of one micro-batch (docs/wlb-llm.md §3.1, §3.3).
 enum class Sharding { Sequence, Document };
 
 /// The plan of one optimizer step.
@@ -73,7 +73,7 @@ struct StepPlan {
   /// length × (step − arrival step), in token·steps. A span "arrives" at the
   /// step whose token budget first took it from the DocSource; only the wlb
   /// packer's outlier queues and leftovers make it wait (fixed/greedy: 0).
-  /// Mean per-token delay (reference/wlb-llm.md §2.3) = delay_token_steps / tokens.
+  /// Mean per-token delay (docs/wlb-llm.md §2.3) = delay_token_steps / tokens.
   std::int64_t delay_token_steps = 0;
   /// Largest wait of any span of this step (steps); wlb guarantees <= balance.max_delay.
   std::int64_t max_delay_steps = 0;

@@ -1,7 +1,7 @@
 #pragma once
 /// \file sharding.hpp
 /// \brief CP sharding of one micro-batch over a cp-rank group
-/// (reference/wlb-llm.md §3.1, §3.3, §3.5; paper §5.1–5.3, Fig. 9, Fig. 11).
+/// (docs/wlb-llm.md §3.1, §3.3, §3.5; paper §5.1–5.3, Fig. 9, Fig. 11).
 ///
 /// Both shardings cut into 2·cp contiguous *slots*; CP rank r owns slot r and
 /// slot 2cp−1−r (the Llama 3 / Megatron pairing that balances causal work of

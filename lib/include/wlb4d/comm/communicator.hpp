@@ -73,7 +73,7 @@ class DeviceCollectives {
 /// Process CPU seconds spent so far inside Communicator operations (all
 /// communicators of this process, both wait modes; polling and MPI's own
 /// reduction arithmetic included). Monotonic; take differences around a
-/// region to remove communication from its CPU time (train::Executor's
+/// region to remove communication from its CPU time (pipeline::Executor's
 /// compute CPU time).
 double comm_cpu_seconds();
 

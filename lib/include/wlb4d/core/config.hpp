@@ -27,6 +27,15 @@ struct ModelConfig {
   double init_std = 0.02;     ///< std of the normal init of matrices
   int vocab_size = 0;         ///< 0: the dataset's; else padded size >= the dataset's (e.g. 50304)
   int head_dim() const { return d_model / heads; }
+  /// Parameters of one transformer layer used in matmuls (elements): Wq and Wo
+  /// (d_model·heads·head_dim each), Wk and Wv (d_model·kv_heads·head_dim each),
+  /// the SwiGLU gate, up and down projections (d_model·ffn_hidden each). The
+  /// two RMSNorm weights (2·d_model) are not matmul parameters. The one
+  /// formula the FLOP count, the cost model and the planner share.
+  std::int64_t layer_matmul_params() const {
+    const std::int64_t d = d_model, hd = head_dim();
+    return 2 * d * heads * hd + 2 * d * kv_heads * hd + 3 * d * std::int64_t(ffn_hidden);
+  }
 };
 
 /// [parallel] 4D layout; world size must equal dp*pp*cp*tp.

@@ -34,4 +34,11 @@ struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// An internal invariant of wlb4d failed (a bug, not bad input): a schedule
+/// whose action lists disagree, a buffer used before it was filled. Printed
+/// as an internal error, never as a deck error.
+struct InternalError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
 }  // namespace wlb::core

@@ -1,7 +1,9 @@
 #pragma once
 /// \file schedule.hpp
 /// \brief wlb::pipeline — pipeline schedules as data, the layer -> stage map,
-/// and a timing simulator of a schedule (shared with the planner, wlb4d-plan).
+/// and a timing simulator of the action lists. There is one schedule
+/// implementation: the trainer's executor runs build_schedule()'s lists and
+/// the planner (pipeline/simulate.hpp, wlb4d-plan) simulates the same lists.
 ///
 /// Terms. p = pp_size pipeline ranks, v = virtual_stages model chunks per rank,
 /// m = num_micro_batches per step (per DP replica). The model is cut into
@@ -41,6 +43,8 @@
 /// under blocking semantics for any compute durations, and MPI's
 /// non-overtaking order matches every pair (the tags of p2p_tag() suffice).
 /// With p = 1 every hand-off is local and lists hold compute only.
+
+#include "wlb4d/core/config.hpp"
 
 #include <string>
 #include <vector>
@@ -87,10 +91,21 @@ std::vector<Action> build_schedule(ScheduleKind kind, int pp_rank, int pp_size, 
 std::vector<std::vector<Action>> build_all_schedules(ScheduleKind kind, int pp_size, int num_micro_batches,
                                                      int virtual_stages = 1);
 
+/// The action list the trainer's executor runs on pipeline rank pp_rank for m
+/// micro-batches of one replica, and the list the planner simulates
+/// (simulate.hpp): build_schedule(parallel.schedule, pp_rank, pp, m,
+/// virtual_stages). With backward = false (evaluation) the Backward, SendGrad
+/// and RecvGrad actions are dropped — a consistent projection of the global
+/// event order, so still deadlock-free — and interleaved with m % pp != 0 (a
+/// short last evaluation round) runs breadth-first (same looped placement).
+/// \throws ConfigError as build_schedule.
+std::vector<Action> training_action_list(const core::ParallelConfig& par, int pp_rank, int m, bool backward);
+
 /// MPI tag for a message action: equal on the sending and the receiving side of
 /// one pair; distinct for activations vs gradients and per chunk boundary (at
 /// most 2·p·v + 1, far below MPI_TAG_UB). Micro-batches of one boundary share
-/// a tag and rely on the lists' matching order. \throws ConfigError for compute.
+/// a tag and rely on the lists' matching order. \throws core::InternalError
+/// for a compute action.
 int p2p_tag(const Action& a, int pp_rank, int pp_size);
 
 /// Layers [begin, end) of one chunk.
@@ -120,6 +135,9 @@ enum class P2PMode {
 struct StageTimes {
   std::vector<std::vector<double>> forward;
   std::vector<std::vector<double>> backward;
+  /// Optional latency of each message of micro-batch mb (seconds); empty:
+  /// every message takes simulate_schedule's p2p_latency.
+  std::vector<double> p2p;
   /// Every micro-batch and chunk takes f (forward) and b (backward).
   static StageTimes uniform(int num_micro_batches, int num_chunks, double f, double b);
 };
@@ -137,9 +155,10 @@ struct SimResult {
 /// under Rendezvous the sender is released at the same time). A message pairs
 /// the head send of one rank with the head receive of its peer when they name
 /// the same data.
-/// \throws ConfigError if a list is inconsistent (a message names a different
-///         micro-batch/chunk than its partner expects, a compute lacks its
-///         input) or the lists deadlock; the message names the stuck actions.
+/// \throws core::InternalError if the times do not match the lists' shape, a
+///         list is inconsistent (a message names a different micro-batch/chunk
+///         than its partner expects, a compute lacks its input) or the lists
+///         deadlock; the message names the stuck actions.
 SimResult simulate_schedule(const std::vector<std::vector<Action>>& schedules, int pp_size, int virtual_stages,
                             const StageTimes& times, double p2p_latency = 0.0,
                             P2PMode mode = P2PMode::Rendezvous);

@@ -1,7 +1,7 @@
 #pragma once
 /// \file calibrate.hpp
 /// \brief Start-up calibration of the balancing cost model (WLB-LLM §4.1,
-/// reference/wlb-llm.md §2.1): time this build's own transformer layer
+/// docs/wlb-llm.md §2.1): time this build's own transformer layer
 /// (forward + backward) on micro-batches of known Σd and Σd², and fit
 /// seconds ≈ c + a·Σd + b·Σd² per layer with balance::fit.
 ///

@@ -1,9 +1,8 @@
 // Cluster-scale simulator behind wlb4d-plan (see simulate.hpp).
-#include "wlb4d/balance/simulate.hpp"
+#include "wlb4d/pipeline/simulate.hpp"
 
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/balance/packer.hpp"
-#include "wlb4d/balance/pipeline_sim.hpp"
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/core/error.hpp"
 
@@ -13,7 +12,9 @@
 #include <chrono>
 #include <sstream>
 
-namespace wlb::balance {
+namespace wlb::pipeline {
+
+using namespace wlb::balance;
 
 namespace {
 
@@ -35,57 +36,74 @@ CostModel plan_cost_model(const core::Config& cfg) {
   return CostModel::from_model(cfg.model, cfg.parallel.tp, cfg.plan.flops_per_s);
 }
 
+std::vector<std::vector<Action>> planner_action_lists(const core::ParallelConfig& par, int m) {
+  std::vector<std::vector<Action>> lists;
+  for (int r = 0; r < par.pp; ++r) lists.push_back(training_action_list(par, r, m, /*backward=*/true));
+  return lists;
+}
+
+namespace {
+
+/// Per micro-batch and global chunk: forward and backward seconds, and the
+/// p2p time of its messages (see the model in simulate.hpp).
+StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<Sharding>& sharding,
+                         const core::Config& cfg, const CostModel& cost, const std::vector<int>& layers) {
+  const auto& par = cfg.parallel;
+  const auto& m = cfg.model;
+  const double alpha = cfg.plan.alpha_s, beta = cfg.plan.beta_s_per_byte;
+  const double kv_local = std::max(1, m.kv_heads / par.tp);
+  const std::size_t K = layers.size();
+  StageTimes t;
+  for (std::size_t i = 0; i < mbs.size(); ++i) {
+    const auto& mb = mbs[i];
+    const auto attn = cost.rank_attention(mb, par.cp, sharding[i]);
+    const auto tok = shard_tokens(mb, par.cp, sharding[i]);
+    double f = 0, b = 0;
+    for (int c = 0; c < par.cp; ++c) {
+      const double lin = cost.c + cost.a * static_cast<double>(tok[static_cast<std::size_t>(c)].size());
+      const double at = attn[static_cast<std::size_t>(c)];
+      f = std::max(f, lin / 3.0 + at / 3.5);
+      b = std::max(b, lin * 2.0 / 3.0 + at * 2.5 / 3.5);
+    }
+    const double T = static_cast<double>(mb.tokens());
+    const double kv_bytes = T / par.cp * 2.0 * kv_local * m.head_dim() * 2.0;
+    const double ag = ring_allgather(alpha, beta, par.cp, kv_bytes);
+    t.forward.emplace_back(K);
+    t.backward.emplace_back(K);
+    for (std::size_t k = 0; k < K; ++k) {
+      t.forward.back()[k] = layers[k] * (f + ag);
+      t.backward.back()[k] = layers[k] * (b + ag);
+    }
+    t.p2p.push_back(alpha + beta * T / (par.cp * par.tp) * m.d_model * 2.0);
+  }
+  return t;
+}
+
+}  // namespace
+
 StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost) {
   const auto& par = cfg.parallel;
   const auto& m = cfg.model;
   const int v = par.virtual_stages, K = par.pp * v;
   if (m.layers < K)
     throw core::ConfigError(fmt::format("model.layers={} must be >= parallel.pp*parallel.virtual_stages={}", m.layers, K));
-  const double alpha = cfg.plan.alpha_s, beta = cfg.plan.beta_s_per_byte;
-  const double kv_local = std::max(1, m.kv_heads / par.tp);
-  std::vector<int> layers(static_cast<std::size_t>(K), m.layers / K);
-  for (int k = 0; k < m.layers % K; ++k) layers[static_cast<std::size_t>(k)]++;
+  std::vector<int> layers;
+  for (int k = 0; k < K; ++k) layers.push_back(chunk_layers(m.layers, K, k).size());
   StepTime out;
   for (std::size_t r = 0; r < plan.micro_batches.size(); ++r) {
-    const auto& mbs = plan.micro_batches[r];
-    const int n = static_cast<int>(mbs.size());
+    const int n = static_cast<int>(plan.micro_batches[r].size());
     if (n == 0) continue;
-    PipelineTimes t;
-    t.fwd.assign(static_cast<std::size_t>(K), std::vector<double>(static_cast<std::size_t>(n)));
-    t.bwd = t.fwd;
-    t.p2p.resize(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      const auto& mb = mbs[static_cast<std::size_t>(i)];
-      const Sharding sh = plan.sharding[r][static_cast<std::size_t>(i)];
-      const auto attn = cost.rank_attention(mb, par.cp, sh);
-      const auto tok = shard_tokens(mb, par.cp, sh);
-      double f = 0, b = 0;
-      for (int c = 0; c < par.cp; ++c) {
-        const double lin = cost.c + cost.a * static_cast<double>(tok[static_cast<std::size_t>(c)].size());
-        const double at = attn[static_cast<std::size_t>(c)];
-        f = std::max(f, lin / 3.0 + at / 3.5);
-        b = std::max(b, lin * 2.0 / 3.0 + at * 2.5 / 3.5);
-      }
-      const double T = static_cast<double>(mb.tokens());
-      const double kv_bytes = T / par.cp * 2.0 * kv_local * m.head_dim() * 2.0;
-      const double ag = ring_allgather(alpha, beta, par.cp, kv_bytes);
-      for (int k = 0; k < K; ++k) {
-        t.fwd[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = layers[static_cast<std::size_t>(k)] * (f + ag);
-        t.bwd[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = layers[static_cast<std::size_t>(k)] * (b + ag);
-      }
-      t.p2p[static_cast<std::size_t>(i)] = alpha + beta * T / (par.cp * par.tp) * m.d_model * 2.0;
-    }
-    const auto res = simulate_pipeline(par.schedule, par.pp, v, t);
+    const StageTimes t = replica_times(plan.micro_batches[r], plan.sharding[r], cfg, cost, layers);
+    const auto res = simulate_schedule(planner_action_lists(par, n), par.pp, v, t, 0.0, P2PMode::Eager);
     if (res.makespan > out.seconds) {
       out.seconds = res.makespan;
-      out.bubble_fraction = res.bubble_fraction;
+      out.bubble_fraction = res.bubble_fraction();
     }
   }
-  // Gradient all-reduce of one stage's layer parameters over dp·cp.
-  const double d = m.d_model, hd = m.head_dim();
-  const double p_layer = d * (m.heads + 2.0 * m.kv_heads) * hd + m.heads * hd * d + 3.0 * d * m.ffn_hidden;
-  const double bytes = 2.0 * p_layer * layers[0] / par.tp;
+  // Gradient all-reduce of one stage's layer parameters over dp·cp (bf16).
+  const double bytes = 2.0 * double(m.layer_matmul_params()) * layers[0] / par.tp;
   const int g = par.dp * par.cp;
+  const double alpha = cfg.plan.alpha_s, beta = cfg.plan.beta_s_per_byte;
   if (g > 1) out.seconds += 2.0 * (g - 1) * alpha + 2.0 * (g - 1) / g * bytes * beta;
   return out;
 }
@@ -202,4 +220,4 @@ std::string format_csv(const PlanReport& rep) {
   return out;
 }
 
-}  // namespace wlb::balance
+}  // namespace wlb::pipeline

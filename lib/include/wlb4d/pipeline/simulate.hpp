@@ -3,15 +3,18 @@
 /// \brief The cluster-scale planner/simulator behind wlb4d-plan: runs every
 /// packer × CP sharding of the deck's [plan] section over plan.steps steps of
 /// a sampled document stream, and estimates each step's time with the cost
-/// model, an α–β communication model and an action-by-action pipeline
-/// simulation (pipeline_sim.hpp).
+/// model, an α–β communication model and an action-by-action simulation of
+/// the trainer's own pipeline action lists (schedule.hpp: the lists
+/// build_all_schedules() gives the executor, run by simulate_schedule() with
+/// eager sends). It lives in pipeline, above balance, because it needs both
+/// the packers and the one schedule implementation.
 ///
 /// Step-time model (all seconds; per DP replica, then the max over replicas,
 /// since the gradient reduction synchronises them):
 ///   * per layer and micro-batch, CP rank r: linear work c + a·tokens_r and
 ///     attention attn_r (CostModel::rank_latencies); forward = linear/3 +
 ///     attn/3.5, backward = the rest (GEMM backward = 2× forward, FA2
-///     backward ≈ 2.5× forward, reference §3.5); the CP group waits for its
+///     backward ≈ 2.5× forward, docs/wlb-llm.md §3.5); the CP group waits for its
 ///     slowest rank (max over r, forward and backward separately);
 ///   * CP all-gather of K and V per layer forward (and reduce-scatter of dK,
 ///     dV backward), ring: (cp−1)·(α + β·bytes_per_rank), bytes_per_rank =
@@ -21,7 +24,10 @@
 ///     (the vocabulary comes from the dataset);
 ///   * PP p2p per micro-batch and stage boundary: α + β·tokens/(cp·tp)·
 ///     d_model·2 bytes (sequence-parallel activations, bf16);
-///   * the schedule is parallel.schedule, simulated action by action;
+///   * the schedule is parallel.schedule: the executor's action lists
+///     (planner_action_lists), simulated action by action; a message takes
+///     its micro-batch's p2p time at the receiver and does not hold the
+///     sender (nonblocking sends);
 ///   * plus the gradient all-reduce over the dp·cp group of this stage's
 ///     layer parameters (bf16, ring: 2(g−1)·α + 2(g−1)/g·bytes·β).
 /// TP collectives are taken as overlapped with compute (paper §6) and not
@@ -31,18 +37,29 @@
 #include "wlb4d/balance/metrics.hpp"
 #include "wlb4d/balance/plan.hpp"
 #include "wlb4d/core/config.hpp"
+#include "wlb4d/pipeline/schedule.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace wlb::balance {
+namespace wlb::pipeline {
+
+using balance::CostModel;
+using balance::RunMetrics;
+using balance::StepPlan;
 
 /// The simulator's cost model: the deck's balance.cost_a/b/c when
 /// balance.calibrate=false, else CostModel::from_model(model, tp,
 /// plan.flops_per_s) (an H100-like FLOP profile; attention at 60% of the GEMM
 /// rate). \throws core::ConfigError.
 CostModel plan_cost_model(const core::Config& cfg);
+
+/// The action lists (one per pipeline rank) the planner simulates for m
+/// micro-batches per replica: exactly the lists the trainer's executor runs
+/// (pipeline::training_action_list) for the deck's schedule and layout.
+/// \throws core::ConfigError as build_all_schedules.
+std::vector<std::vector<Action>> planner_action_lists(const core::ParallelConfig& par, int m);
 
 /// Simulated time of one step of `plan` (seconds), and its pipeline bubble.
 struct StepTime {
@@ -83,4 +100,4 @@ std::string format_table(const PlanReport& report, const core::Config& cfg);
 /// replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms.
 std::string format_csv(const PlanReport& report);
 
-}  // namespace wlb::balance
+}  // namespace wlb::pipeline

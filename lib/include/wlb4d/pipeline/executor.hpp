@@ -1,0 +1,118 @@
+#pragma once
+/// \file executor.hpp
+/// \brief Runs one rank's share of a step: its pipeline action list
+/// (schedule.hpp) over its model chunks, with the point-to-point messages of
+/// pipeline parallelism; context parallelism through model::CpKvExchange.
+///
+/// Per micro-batch i of this DP replica, this rank holds the CP shard of
+/// tokens given by balance::shard_tokens (cp = 1: all tokens). Every rank
+/// knows every micro-batch's shape from the plan, so messages are sized
+/// without extra traffic: an activation or gradient message of micro-batch i
+/// is [T_i][d] floats (row-major), T_i = tokens of this rank's CP shard. T_i
+/// may be 0 (a micro-batch shorter than 2·cp): the rank still runs the
+/// micro-batch so it takes part in every layer's K/V exchange, and
+/// sends/receives 0 floats.
+///
+/// pp = 1 with virtual stages > 1: the chunk hand-offs are local (the
+/// schedule holds no message for them); the executor passes activations and
+/// gradients between its chunks directly.
+///
+/// Workspace slots: each chunk keeps the activations of `slots` micro-batches
+/// in flight. 1F1B has at most p − r in flight on pipeline rank r, and they
+/// are consecutive, so slot = mb mod (p − r) never collides; the other
+/// schedules keep up to all m forwards pending (slots = m).
+
+#include "wlb4d/balance/plan.hpp"
+#include "wlb4d/core/config.hpp"
+#include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/model/cp_exchange.hpp"
+#include "wlb4d/model/transformer.hpp"
+#include "wlb4d/pipeline/schedule.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace wlb::data {
+class TokenDataset;
+}
+
+namespace wlb::pipeline {
+
+/// What one run() measured on this rank (seconds are wall time unless noted).
+struct RunStats {
+  double loss_sum = 0;       ///< Σ CE over this rank's target tokens (nats; last stage, 0 elsewhere)
+  double forward_s = 0;      ///< forward compute, TP/CP communication excluded
+  double backward_s = 0;     ///< backward compute, TP/CP communication excluded
+  double p2p_s = 0;          ///< pipeline sends and receives (including waiting)
+  double tp_comm_s = 0;      ///< TP all-reduces inside forward/backward
+  double cp_comm_s = 0;      ///< CP K/V all-gathers and dK/dV reduce-scatters
+  double compute_cpu_s = 0;  ///< process CPU seconds of forward/backward minus CPU spent in comm
+};
+
+class Executor {
+ public:
+  /// Builds this rank's model chunks (virtual stages) with their layers,
+  /// initialised from train.seed. Keeps a copy of `cfg`.
+  /// \throws core::ConfigError for layouts the schedule rejects (e.g. fewer
+  ///         layers than p·v chunks, interleaved with m % p != 0).
+  Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::int64_t vocab);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  /// Local model chunks, index = virtual stage.
+  std::vector<std::unique_ptr<model::Transformer<float>>>& chunks() { return chunks_; }
+
+  /// Reads and stages this rank's slice of each micro-batch (CP shard per
+  /// `sharding`, one entry per micro-batch). Reuses device buffers (grow-only).
+  /// \throws core::DataError if a span lies outside its document;
+  ///         core::InternalError if a micro-batch exceeds the capacity
+  ///         max(train.max_seq_len, balance.max_tokens) tokens.
+  void load(const data::TokenDataset& ds, const std::vector<balance::MicroBatch>& mbs,
+            const std::vector<balance::Sharding>& sharding);
+
+  /// Runs the loaded micro-batches through the schedule (collective over the
+  /// PP, TP and CP groups). With backward = false only forwards run
+  /// (evaluation) and no gradient changes. Gradients accumulate into the
+  /// chunks' registries, scaled by grad_scale (1 / target tokens of the step).
+  /// \throws core::InternalError if the action list names a buffer that was
+  ///         never filled (a schedule bug); comm errors propagate.
+  RunStats run(bool backward, double grad_scale);
+
+  /// Tokens this rank holds in the loaded micro-batches.
+  std::int64_t local_tokens() const { return local_tokens_; }
+
+ private:
+  struct Loaded;
+  std::vector<Action> action_list(bool backward) const;
+  void forward(const Action& a, bool backward, RunStats& st);
+  void backward(const Action& a, double grad_scale, RunStats& st);
+  void send(const Action& a, RunStats& st);
+  void receive(const Action& a, RunStats& st);
+  void bind_cp(int micro_batch);
+  void collect_comm_times(RunStats& st);
+  HostView1<float> staging(std::int64_t n);
+
+  core::Config cfg_;  // a copy: a temporary Config passed in must not dangle
+  const grid::ProcessGrid& grid_;
+  std::int64_t cap_ = 0;
+  int slots_ = 1;
+  std::vector<std::unique_ptr<model::Transformer<float>>> chunks_;
+  std::shared_ptr<model::CpKvExchange> kvx_;
+  std::unique_ptr<Loaded> loaded_;
+  /// Host staging of pipeline messages when model buffers are device memory
+  /// (grow-only, so the steady state allocates nothing).
+  HostView1<float> pp_host_;
+  std::int64_t local_tokens_ = 0;
+};
+
+/// Reads one rank's slice of a planned micro-batch from the dataset (DESIGN
+/// §2 step 3): the ids of every span (model::build_host_micro_batch then
+/// takes the `local` packed indices; nullptr = all tokens).
+/// \throws core::DataError naming the span and the file if a span lies
+///         outside its document.
+model::HostMicroBatch read_micro_batch(const data::TokenDataset& ds, const balance::MicroBatch& mb,
+                                       const std::vector<std::int64_t>* local = nullptr);
+
+}  // namespace wlb::pipeline

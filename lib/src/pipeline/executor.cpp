@@ -1,0 +1,274 @@
+// Pipeline executor. See executor.hpp.
+#include "wlb4d/pipeline/executor.hpp"
+
+#include "wlb4d/balance/sharding.hpp"
+#include "wlb4d/core/clock.hpp"
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/data/dataset.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace wlb::pipeline {
+
+namespace {
+using core::wall_seconds;
+
+// Model buffers are host memory (Serial/OpenMP Kokkos): MPI sends them directly.
+constexpr bool kHostBuffers = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
+// CPU seconds of compute: process CPU time minus what communication used.
+double compute_cpu_now() { return core::process_cpu_seconds() - comm::comm_cpu_seconds(); }
+
+template <class V> V grow(V v, std::int64_t rows, std::int64_t cols, const char* label) {
+  if (std::int64_t(v.extent(0)) < rows || std::int64_t(v.extent(1)) != cols)
+    v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), std::max<std::int64_t>(rows, 1), cols);
+  return v;
+}
+
+View2<float> first_rows(const View2<float>& b, std::int64_t n) {
+  return Kokkos::subview(b, std::pair<std::int64_t, std::int64_t>(0, n), Kokkos::ALL);
+}
+
+/// Times one compute action: wall seconds into `wall`, compute CPU into `cpu`.
+template <class F> void timed_compute(double& wall, double& cpu, F&& f) {
+  Kokkos::fence();
+  const double t0 = wall_seconds(), c0 = compute_cpu_now();
+  f();
+  Kokkos::fence();
+  wall += wall_seconds() - t0;
+  cpu += compute_cpu_now() - c0;
+}
+}  // namespace
+
+model::HostMicroBatch read_micro_batch(const data::TokenDataset& ds, const balance::MicroBatch& mb,
+                                       const std::vector<std::int64_t>* local) {
+  std::vector<token_t> ids(std::size_t(mb.tokens()));
+  std::vector<std::int64_t> cu{0};
+  for (const auto& s : mb.spans) {
+    if (s.length < 1 || s.offset < 0 || s.offset + s.length > ds.doc_length(s.doc_id))
+      throw core::DataError("step plan span (doc " + std::to_string(s.doc_id) + ", offset " +
+                            std::to_string(s.offset) + ", length " + std::to_string(s.length) +
+                            ") lies outside the document in '" + ds.path() + "'");
+    ds.read(s.doc_id, s.offset, s.length, ids.data() + cu.back());
+    cu.push_back(cu.back() + s.length);
+  }
+  return model::build_host_micro_batch(cu, ids, local);
+}
+
+/// Everything staged for the current set of micro-batches.
+struct Executor::Loaded {
+  std::vector<model::MicroBatchInput> inputs;        // per mb (device, grow-only)
+  std::vector<std::vector<std::int64_t>> cp_counts;  // per mb, per CP rank
+  std::vector<IntVec> cp_perm;                       // per mb: gathered -> packed index
+  std::vector<std::int64_t> mb_tokens;               // per mb, whole micro-batch
+  std::size_t count = 0;                             // micro-batches loaded
+  // p2p buffers [vs][mb] (grow-only)
+  std::vector<std::vector<View2<float>>> recv_act, recv_grad, send_grad;
+  std::vector<std::vector<View2<float>>> out_act;  // forward outputs awaiting SendAct
+  double loss_sum = 0;                             // of the current run
+};
+
+Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::int64_t vocab)
+    : cfg_(cfg), grid_(grid), loaded_(std::make_unique<Loaded>()) {
+  cap_ = std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens);
+  const int p = grid.pp_size(), v = cfg.parallel.virtual_stages;
+  const int m = cfg.train.micro_batches / grid.dp_size();
+  const auto kind = parse_schedule_kind(cfg.parallel.schedule);
+  slots_ = std::max(kind == ScheduleKind::OneFOneB ? std::min(m, p - grid.pp_rank()) : m, 1);
+  for (int vs = 0; vs < v; ++vs) {
+    const auto lr = stage_layers(cfg.model.layers, p, v, grid.pp_rank(), vs);
+    model::ModelShard sh;
+    sh.layer_begin = lr.begin;
+    sh.layer_end = lr.end;
+    sh.embedding = (global_chunk(grid.pp_rank(), vs, p) == 0);
+    sh.head = (global_chunk(grid.pp_rank(), vs, p) == p * v - 1);
+    sh.tp_rank = grid.tp_rank();
+    sh.tp_size = grid.tp_size();
+    chunks_.push_back(std::make_unique<model::Transformer<float>>(cfg.model, vocab, sh, grid.tp(), slots_, cap_));
+    chunks_.back()->params().init_parameters(cfg.train.seed);
+  }
+  if (grid.cp_size() > 1) {
+    const std::int64_t hkv_l = cfg.model.kv_heads / grid.tp_size();
+    kvx_ = std::make_shared<model::CpKvExchange>(grid.cp(), cap_, hkv_l, cfg.model.head_dim());
+    for (auto& c : chunks_) c->set_kv_exchange(kvx_);
+  }
+}
+
+Executor::~Executor() = default;
+
+void Executor::load(const data::TokenDataset& ds, const std::vector<balance::MicroBatch>& mbs,
+                    const std::vector<balance::Sharding>& sharding) {
+  auto& L = *loaded_;
+  const int cp = grid_.cp_size();
+  L.count = mbs.size();
+  if (L.inputs.size() < mbs.size()) {
+    L.inputs.resize(mbs.size());
+    L.cp_counts.resize(mbs.size());
+    L.cp_perm.resize(mbs.size());
+    L.mb_tokens.resize(mbs.size());
+  }
+  local_tokens_ = 0;
+  for (std::size_t i = 0; i < mbs.size(); ++i) {
+    if (mbs[i].tokens() > cap_)
+      throw core::InternalError("micro-batch of " + std::to_string(mbs[i].tokens()) +
+                                " tokens exceeds the executor's capacity " + std::to_string(cap_));
+    model::HostMicroBatch hb;
+    if (cp == 1) {
+      hb = read_micro_batch(ds, mbs[i]);
+      L.cp_counts[i] = {hb.size()};
+    } else {
+      const auto shards = balance::shard_tokens(mbs[i], cp, sharding.at(i));
+      hb = read_micro_batch(ds, mbs[i], &shards[std::size_t(grid_.cp_rank())]);
+      L.cp_counts[i].clear();
+      std::vector<std::int32_t> perm;
+      for (const auto& s : shards) {
+        L.cp_counts[i].push_back(std::int64_t(s.size()));
+        for (auto g : s) perm.push_back(std::int32_t(g));
+      }
+      model::upload_ints(L.cp_perm[i], perm, "cp_perm");
+    }
+    L.mb_tokens[i] = mbs[i].tokens();
+    model::upload_micro_batch(L.inputs[i], hb);
+    local_tokens_ += hb.size();
+  }
+}
+
+std::vector<Action> Executor::action_list(bool backward) const {
+  core::ParallelConfig par = cfg_.parallel;
+  par.pp = grid_.pp_size();
+  return training_action_list(par, grid_.pp_rank(), int(loaded_->count), backward);
+}
+
+void Executor::bind_cp(int mb) {
+  const auto& L = *loaded_;
+  if (kvx_) kvx_->bind(L.cp_counts[std::size_t(mb)], L.cp_perm[std::size_t(mb)], L.mb_tokens[std::size_t(mb)]);
+}
+
+void Executor::forward(const Action& a, bool backward, RunStats& st) {
+  auto& L = *loaded_;
+  const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
+  auto& chunk = *chunks_[vs];
+  const int slot = a.micro_batch % slots_;
+  timed_compute(st.forward_s, st.compute_cpu_s, [&] {
+    bind_cp(a.micro_batch);
+    auto out = chunk.forward(slot, L.inputs[mb], L.recv_act[vs][mb]);
+    if (chunk.stage().head) L.loss_sum += out.loss;
+    L.out_act[vs][mb] = out.hidden;
+    // pp = 1 with virtual stages: the next chunk is on this rank and the
+    // schedule has no message for the hand-off (out.hidden stays valid
+    // until this slot's next forward, after the consumer has copied it).
+    if (grid_.pp_size() == 1 && !chunk.stage().head) L.recv_act[vs + 1][mb] = out.hidden;
+    if (!backward) chunk.discard(slot);
+  });
+}
+
+void Executor::backward(const Action& a, double grad_scale, RunStats& st) {
+  auto& L = *loaded_;
+  const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
+  auto& chunk = *chunks_[vs];
+  const std::int64_t T = L.inputs[mb].tokens, d = cfg_.model.d_model;
+  timed_compute(st.backward_s, st.compute_cpu_s, [&] {
+    bind_cp(a.micro_batch);
+    auto gin = chunk.backward(a.micro_batch % slots_, L.inputs[mb], L.recv_grad[vs][mb], grad_scale);
+    if (chunk.stage().embedding) return;
+    auto& buf = L.send_grad[vs][mb] = grow(L.send_grad[vs][mb], T, d, "pp_send_grad");
+    Kokkos::deep_copy(first_rows(buf, T), first_rows(gin, T));
+    if (grid_.pp_size() == 1) L.recv_grad[vs - 1][mb] = buf;  // local hand-off to the previous chunk
+  });
+}
+
+HostView1<float> Executor::staging(std::int64_t n) {
+  if (std::int64_t(pp_host_.extent(0)) < n)
+    pp_host_ = HostView1<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "pp_host"), n);
+  return Kokkos::subview(pp_host_, std::pair<std::int64_t, std::int64_t>(0, n));
+}
+
+void Executor::send(const Action& a, RunStats& st) {
+  auto& L = *loaded_;
+  const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
+  const std::size_t n = std::size_t(L.inputs[mb].tokens * cfg_.model.d_model);
+  const double t0 = wall_seconds();
+  const auto& buf = a.type == ActionType::SendAct ? L.out_act[vs][mb] : L.send_grad[vs][mb];
+  if (n > 0 && buf.data() == nullptr)
+    throw core::InternalError("pipeline: " + to_string(a) + " before the buffer it sends was produced");
+  Kokkos::fence();
+  const int tag = p2p_tag(a, grid_.pp_rank(), grid_.pp_size());
+  if constexpr (kHostBuffers) {
+    grid_.pp().send(buf.data(), n, a.peer, tag);
+  } else {
+    // Device buffers: pipeline messages still go over MPI, whose matching by
+    // tag the lists rely on (NCCL point-to-point matches by order only), so
+    // stage through a host buffer.
+    auto h = staging(std::int64_t(n));
+    Kokkos::deep_copy(h, View1<float>(buf.data(), n));
+    grid_.pp().send(h.data(), n, a.peer, tag);
+  }
+  st.p2p_s += wall_seconds() - t0;
+}
+
+void Executor::receive(const Action& a, RunStats& st) {
+  auto& L = *loaded_;
+  const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
+  const std::int64_t T = L.inputs[mb].tokens, d = cfg_.model.d_model;
+  const std::size_t n = std::size_t(T * d);
+  const double t0 = wall_seconds();
+  auto& buf = a.type == ActionType::RecvAct ? L.recv_act[vs][mb] : L.recv_grad[vs][mb];
+  buf = grow(buf, T, d, "pp_recv");
+  const int tag = p2p_tag(a, grid_.pp_rank(), grid_.pp_size());
+  if constexpr (kHostBuffers) {
+    grid_.pp().recv(buf.data(), n, a.peer, tag);
+  } else {
+    auto h = staging(T * d);
+    grid_.pp().recv(h.data(), n, a.peer, tag);
+    Kokkos::deep_copy(View1<float>(buf.data(), n), h);
+  }
+  st.p2p_s += wall_seconds() - t0;
+}
+
+void Executor::collect_comm_times(RunStats& st) {
+  for (auto& c : chunks_) {
+    st.tp_comm_s += c->tp_comm_seconds();
+    c->reset_tp_comm_seconds();
+  }
+  if (kvx_) st.cp_comm_s += kvx_->comm_seconds();
+  // TP and CP communication were timed inside forward/backward: report the
+  // compute without them, split in proportion to forward and backward time.
+  const double comm_s = st.tp_comm_s + st.cp_comm_s, f = st.forward_s + st.backward_s;
+  if (comm_s > 0 && f > 0) {
+    const double share = st.forward_s / f;
+    st.forward_s -= comm_s * share;
+    st.backward_s -= comm_s * (1 - share);
+  }
+}
+
+RunStats Executor::run(bool backward, double grad_scale) {
+  auto& L = *loaded_;
+  RunStats st;
+  const int m = int(L.count), v = cfg_.parallel.virtual_stages;
+  if (m == 0) return st;
+  const std::vector<Action> actions = action_list(backward);
+  for (auto* b : {&L.recv_act, &L.recv_grad, &L.send_grad, &L.out_act}) {
+    b->resize(std::size_t(v));
+    for (auto& row : *b) row.resize(std::size_t(std::max<int>(m, int(row.size()))));
+  }
+  L.loss_sum = 0;
+  if (kvx_) kvx_->reset_comm_seconds();
+  for (const auto& a : actions) {
+    switch (a.type) {
+      case ActionType::Forward: forward(a, backward, st); break;
+      case ActionType::Backward: this->backward(a, grad_scale, st); break;
+      case ActionType::SendAct:
+      case ActionType::SendGrad: send(a, st); break;
+      case ActionType::RecvAct:
+      case ActionType::RecvGrad: receive(a, st); break;
+    }
+  }
+  collect_comm_times(st);
+  st.loss_sum = L.loss_sum;
+  return st;
+}
+
+}  // namespace wlb::pipeline
