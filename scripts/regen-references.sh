@@ -17,8 +17,9 @@
 #      (and at least one ran): references are never recorded from a build that
 #      breaks the layout-equivalence contract.
 #   2. for each deck, in a scratch directory with tiny-train.h5 prepared from
-#      tests/data/tiny.jsonl: run it on dp*pp*cp*tp ranks (its [parallel]
-#      section); a multi-rank deck is run again on 1 rank (every parallel.* = 1)
+#      tests/data/tiny.jsonl: run it on dp*pp*cp*tp ranks (its resolved
+#      parallel.* keys, includes applied: wlb4d DECK --print-config); a
+#      multi-rank deck is run again on 1 rank (every parallel.* = 1)
 #      and the two must agree to the reference's rtol, else exit 1 and write
 #      nothing for that deck.
 #   3. rewrite inputs/<deck>.ref.csv: its first line (tolerance, ranks=) is
@@ -70,17 +71,20 @@ trap 'rm -rf "$WORK"' EXIT
 "$PREP" --input "$ROOT/tests/data/tiny.jsonl" --output "$WORK/tiny-train.h5" > "$WORK/prep.log" 2>&1 ||
   { cat "$WORK/prep.log" >&2; exit 1; }
 
-# ranks of a deck: the product of its [parallel] dp, pp, cp, tp (default 1).
+# ranks of a deck: the product of its resolved parallel.dp, pp, cp, tp (its
+# includes, e.g. inputs/ci-base.ini, applied: wlb4d --print-config).
 deck_ranks() {
-  python3 - "$1" <<'EOF'
+  local resolved
+  resolved=$("$MPIEXEC" -n 1 "$WLB4D" "$1" --print-config) ||
+    { echo "regen-references: $1 does not resolve (wlb4d $1 --print-config)" >&2; return 1; }
+  python3 -c '
 import configparser, sys
 c = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
-c.read(sys.argv[1])
+c.read_string(sys.stdin.read())
 n = 1
 for k in ("dp", "pp", "cp", "tp"):
     n *= int(c.get("parallel", k, fallback="1"))
-print(n)
-EOF
+print(n)' <<<"$resolved"
 }
 
 # run DIR RANKS LOG ARGS...: one wlb4d run in DIR (fails with the log's tail).
@@ -99,7 +103,7 @@ status=0
 for name in "${decks[@]}"; do
   deck=$ROOT/inputs/$name.ini
   ref=$ROOT/inputs/$name.ref.csv
-  np=$(deck_ranks "$deck")
+  np=$(deck_ranks "$deck") || { status=1; continue; }
   dir=$WORK/$name
   echo "== $name: $np rank(s)"
   if ! run "$dir/deck" "$np" "$dir/deck.log" "$deck" --log.csv_file=run.csv; then status=1; continue; fi

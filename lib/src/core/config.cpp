@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -14,6 +15,7 @@
 #include <sstream>
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 
 namespace wlb::core {
 namespace {
@@ -267,6 +269,111 @@ void parse_ini_stream(std::istream& in, const po::options_description& od, po::v
   }
 }
 
+// ---- deck includes ------------------------------------------------------------
+// A deck may start with `include = FILE` lines (top level, before any
+// [section]; FILE relative to the including deck's folder; repeatable and
+// nestable). The decks are stored into the variables_map highest precedence
+// first, and the first stored value of a key wins (po::store), so the order
+// below gives: command line > the deck > its last include > ... > its first
+// include, each include's own keys before its own includes.
+
+// One deck's text without its include lines, and where it came from.
+struct DeckPart {
+  std::string body;   // INI text for Boost (include lines blanked)
+  std::string where;  // " in deck 'path'" (for messages)
+};
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\r\n";
+  const auto b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+struct IncludeWalk {
+  std::vector<std::pair<std::string, std::string>> chain;  // (canonical, shown) of the open decks
+  std::vector<DeckPart> parts;                              // highest precedence first
+};
+
+void collect_file(const std::string& shown, const std::string& includer, const std::string& written,
+                  IncludeWalk& walk);
+
+// Splits the include lines off `text` (the deck `shown`, whose includes are
+// relative to `dir`) and walks them, last first.
+void collect_text(const std::string& text, const std::string& where, const std::string& shown,
+                  const fs::path& dir, IncludeWalk& walk) {
+  std::istringstream in(text);
+  std::string line, body;
+  std::vector<std::string> includes;
+  bool in_section = false;
+  while (std::getline(in, line)) {
+    const std::string code = trim(line.substr(0, line.find('#')));  // Boost's comment rule
+    const auto eq = code.find('=');
+    if (!code.empty() && code.front() == '[') {
+      in_section = true;
+    } else if (eq != std::string::npos && trim(code.substr(0, eq)) == "include") {
+      if (in_section)
+        throw ConfigError("include" + where +
+                          " inside a [section]: 'include = FILE' must come before the first [section]");
+      const std::string file = trim(code.substr(eq + 1));
+      if (file.empty())
+        throw ConfigError("include" + where +
+                          " names no file: 'include = FILE' (FILE relative to the including deck's folder)");
+      includes.push_back(file);
+      body += "\n";
+      continue;
+    }
+    body += line + "\n";
+  }
+  walk.parts.push_back({std::move(body), where});
+  for (auto it = includes.rbegin(); it != includes.rend(); ++it) {
+    const fs::path p(*it);
+    const std::string inc = (p.is_absolute() ? p : (dir / p)).lexically_normal().string();
+    collect_file(inc, shown, *it, walk);
+  }
+}
+
+// Reads the deck file `shown` (included by `includer` as `written`; both
+// empty for the top deck) and walks its includes.
+void collect_file(const std::string& shown, const std::string& includer, const std::string& written,
+                  IncludeWalk& walk) {
+  std::error_code ec;
+  fs::path canon = fs::weakly_canonical(fs::path(shown), ec);
+  const std::string key = ec ? fs::absolute(shown).lexically_normal().string() : canon.string();
+  for (const auto& open : walk.chain) {
+    if (open.first != key) continue;
+    std::string cycle;
+    bool on = false;
+    for (const auto& o : walk.chain) {
+      on = on || o.first == key;
+      if (on) cycle += "'" + o.second + "' -> ";
+    }
+    throw ConfigError("include cycle: " + cycle + "'" + shown +
+                      "' (a deck may not include itself, directly or through other decks)");
+  }
+  std::ifstream in(shown);
+  if (!in) {
+    if (includer.empty())
+      throw ConfigError("deck file '" + shown + "' cannot be opened (missing or unreadable)");
+    throw ConfigError("deck file '" + shown + "' cannot be opened (missing or unreadable): included by '" +
+                      includer + "' as 'include = " + written +
+                      "' (include paths are relative to the including deck's folder)");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  walk.chain.emplace_back(key, shown);
+  collect_text(text.str(), " in deck '" + shown + "'", shown, fs::path(shown).parent_path(), walk);
+  walk.chain.pop_back();
+}
+
+// Stores every part of the walk (after the command line: CLI wins).
+void store_parts(const IncludeWalk& walk, const po::options_description& od, po::variables_map& vm) {
+  for (const auto& part : walk.parts) {
+    std::istringstream in(part.body);
+    parse_ini_stream(in, od, vm, part.where);
+  }
+}
+
 }  // namespace
 
 void validate(const Config& c) {
@@ -323,8 +430,9 @@ Config parse_deck_text(const std::string& ini_text, const std::vector<std::strin
       rethrow_po(e, " on the command line");
     }
   }
-  std::istringstream in(ini_text);
-  parse_ini_stream(in, od, vm, " in the deck");
+  IncludeWalk walk;  // includes of a text deck are relative to the working directory
+  collect_text(ini_text, " in the deck", "(deck text)", fs::path(), walk);
+  store_parts(walk, od, vm);
   po::notify(vm);
   Config c = from_vm(vm);
   validate(c);
@@ -380,9 +488,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   out.print_config = vm.count("print-config") > 0;
   if (vm.count("input")) {
     const std::string path = vm["input"].as<std::string>();
-    std::ifstream in(path);
-    if (!in) throw ConfigError("deck file '" + path + "' cannot be opened (missing or unreadable)");
-    parse_ini_stream(in, od, vm, " in deck '" + path + "'");
+    IncludeWalk walk;
+    collect_file(path, "", "", walk);
+    store_parts(walk, od, vm);
     out.config.deck_path = path;
   }
   try {
@@ -414,7 +522,11 @@ std::string deck_help() {
   std::ostringstream os;
   os << "Usage: wlb4d DECK.ini [--section.key=value ...] [--print-config] [--help]\n\n"
      << "Every key below can be set in the deck ([section] key = value) or\n"
-     << "overridden on the command line (--section.key=value). Unknown keys are errors.\n\n";
+     << "overridden on the command line (--section.key=value). Unknown keys are errors.\n"
+     << "A deck may start (before any [section]) with lines 'include = base.ini' (relative\n"
+     << "to the deck's folder; repeatable, nestable): the deck's keys override its includes'\n"
+     << "(a later include overrides an earlier one), the command line overrides all.\n"
+     << "--print-config prints the resolved deck.\n\n";
   os << deck_options();
   return os.str();
 }

@@ -2,6 +2,7 @@
 #include "wlb4d/pipeline/executor.hpp"
 
 #include "wlb4d/balance/sharding.hpp"
+#include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/data/dataset.hpp"

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -203,6 +204,135 @@ TEST(Config, WorldSizeRule) {
 TEST(Config, MissingDeckFile) {
   const char* argv[] = {"wlb4d", "does/not/exist.ini"};
   expect_config_error([&] { parse_command_line(2, argv); }, {"deck file 'does/not/exist.ini'", "cannot be opened"});
+}
+
+// ---- include = FILE -----------------------------------------------------------
+namespace {
+namespace fs = std::filesystem;
+
+// A fresh folder of deck files under the test's working directory.
+struct DeckDir {
+  fs::path root;
+  explicit DeckDir(const std::string& name) : root(fs::current_path() / ("include-" + name)) {
+    fs::remove_all(root);
+    fs::create_directories(root);
+  }
+  ~DeckDir() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+  std::string put(const std::string& rel, const std::string& text) const {
+    const fs::path p = root / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+};
+
+CommandLine parse_args(std::vector<std::string> args) {
+  std::vector<const char*> argv{"wlb4d"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+}  // namespace
+
+TEST(ConfigInclude, OverrideOrderDeckOverBaseCliOverBoth) {
+  DeckDir d("order");
+  d.put("base.ini", "[model]\nlayers = 3\nd_model = 128\n[train]\nsteps = 7\nseed = 11\n");
+  const std::string deck = d.put("deck.ini", "# header\ninclude = base.ini\n\n[model]\nlayers = 5\n[train]\nsteps = 9\n");
+  Config c = parse_args({deck}).config;
+  EXPECT_EQ(c.model.layers, 5);     // the deck over its base
+  EXPECT_EQ(c.model.d_model, 128);  // from the base
+  EXPECT_EQ(c.train.steps, 9);
+  EXPECT_EQ(c.train.seed, 11u);
+  EXPECT_EQ(c.model.heads, ModelConfig{}.heads);  // neither: the default
+  EXPECT_EQ(c.deck_path, deck);
+  c = parse_args({deck, "--train.steps=12", "--train.seed=5"}).config;  // CLI over both
+  EXPECT_EQ(c.train.steps, 12);
+  EXPECT_EQ(c.train.seed, 5u);
+  EXPECT_EQ(c.model.layers, 5);
+  // The resolved deck (--print-config, checkpoints) holds the merged values and no include.
+  const std::string ini = to_ini(c);
+  EXPECT_EQ(ini.find("include"), std::string::npos);
+  EXPECT_NE(ini.find("d_model = 128"), std::string::npos);
+  EXPECT_EQ(to_ini(parse_deck_text(ini)), ini);
+}
+
+TEST(ConfigInclude, RepeatedIncludesLaterOverridesEarlier) {
+  DeckDir d("repeat");
+  d.put("a.ini", "[train]\nsteps = 1\nseed = 1\nmicro_batches = 8\n");
+  d.put("b.ini", "[train]\nsteps = 2\nseed = 2\n");
+  const std::string deck = d.put("deck.ini", "include = a.ini\ninclude = b.ini\n[train]\nseed = 3\n");
+  Config c = parse_args({deck}).config;
+  EXPECT_EQ(c.train.micro_batches, 8);  // only in a
+  EXPECT_EQ(c.train.steps, 2);          // b over a
+  EXPECT_EQ(c.train.seed, 3u);          // the deck over both
+}
+
+TEST(ConfigInclude, NestedIncludesRelativeToTheIncludingDeck) {
+  DeckDir d("nested");
+  // decks/run.ini -> common/mid.ini -> common/base/root.ini: every path is
+  // relative to the folder of the deck that names it, not the working directory.
+  d.put("common/base/root.ini", "[model]\nlayers = 3\nd_model = 96\nheads = 6\nkv_heads = 3\n");
+  d.put("common/mid.ini", "include = base/root.ini   # relative to common/\n[model]\nlayers = 4\n");
+  const std::string deck = d.put("decks/run.ini", "include = ../common/mid.ini\n[train]\nsteps = 3\n");
+  Config c = parse_args({deck}).config;
+  EXPECT_EQ(c.model.layers, 4);   // mid over root
+  EXPECT_EQ(c.model.d_model, 96);  // root, two levels down
+  EXPECT_EQ(c.model.heads, 6);
+  EXPECT_EQ(c.train.steps, 3);
+  // A diamond (two includes sharing a base) is not a cycle.
+  d.put("decks/x.ini", "include = ../common/mid.ini\n");
+  d.put("decks/y.ini", "include = ../common/mid.ini\n[train]\nseed = 9\n");
+  const std::string diamond = d.put("decks/diamond.ini", "include = x.ini\ninclude = y.ini\n");
+  c = parse_args({diamond}).config;
+  EXPECT_EQ(c.model.layers, 4);
+  EXPECT_EQ(c.train.seed, 9u);
+}
+
+TEST(ConfigInclude, CycleIsAnErrorNamingTheChain) {
+  DeckDir d("cycle");
+  d.put("a.ini", "include = b.ini\n[train]\nsteps = 1\n");
+  d.put("b.ini", "include = sub/../a.ini\n");
+  const std::string self = d.put("self.ini", "include = self.ini\n");
+  const std::string a = (d.root / "a.ini").string();
+  expect_config_error([&] { parse_args({a}); },
+                      {"include cycle", "a.ini' -> '", "b.ini' -> '", "may not include itself"});
+  expect_config_error([&] { parse_args({self}); }, {"include cycle", "self.ini' -> '", "self.ini'"});
+}
+
+TEST(ConfigInclude, MissingIncludedFileNamesBothFiles) {
+  DeckDir d("missing");
+  const std::string deck = d.put("deck.ini", "include = nope/base.ini\n[train]\nsteps = 1\n");
+  expect_config_error([&] { parse_args({deck}); },
+                      {"deck file '" + (d.root / "nope/base.ini").string() + "' cannot be opened",
+                       "included by '" + deck + "'", "include = nope/base.ini",
+                       "relative to the including deck's folder"});
+}
+
+TEST(ConfigInclude, UnknownKeyInABaseNamesTheBase) {
+  DeckDir d("unknown");
+  const std::string base = d.put("base.ini", "[train]\nstepz = 3\n");
+  const std::string deck = d.put("deck.ini", "include = base.ini\n[train]\nsteps = 1\n");
+  expect_config_error([&] { parse_args({deck}); }, {"unknown key 'train.stepz'", "in deck '" + base + "'"});
+  // A key given twice in one deck is still an error (naming that deck); once
+  // in the deck and once in its base is an override.
+  d.put("twice.ini", "[train]\nsteps = 1\nsteps = 2\n");
+  const std::string deck2 = d.put("deck2.ini", "include = twice.ini\n");
+  expect_config_error([&] { parse_args({deck2}); }, {"twice.ini"});
+}
+
+TEST(ConfigInclude, IncludeOnlyAtTopLevel) {
+  DeckDir d("toplevel");
+  d.put("base.ini", "[train]\nsteps = 3\n");
+  const std::string deck = d.put("deck.ini", "[train]\ninclude = base.ini\n");
+  expect_config_error([&] { parse_args({deck}); },
+                      {"include in deck '" + deck + "'", "before the first [section]"});
+  const std::string empty = d.put("empty.ini", "include =\n");
+  expect_config_error([&] { parse_args({empty}); }, {"names no file"});
+  // Deck text (parse_deck_text) resolves includes from the working directory.
+  const std::string rel = fs::relative(d.root / "base.ini").string();
+  EXPECT_EQ(parse_deck_text("include = " + rel + "\n").train.steps, 3);
 }
 
 TEST(Config, HelpListsEveryKeyWithUnit) {

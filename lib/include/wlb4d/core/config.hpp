@@ -8,6 +8,17 @@
 /// rule; unknown keys, malformed values and violated rules throw
 /// wlb::core::ConfigError with a message naming the key, the value and the
 /// rule, e.g. "parallel.tp=3 must divide model.heads=8".
+///
+/// Includes (AMReX ParmParse's `FILE =` idea): a deck may start, before its
+/// first [section], with lines `include = base.ini`. The path is relative to
+/// the including deck's folder (or absolute); include lines may repeat, and an
+/// included deck may include others. Precedence, highest first: the command
+/// line, the deck itself, its last include, ..., its first include (each
+/// include's own keys above the decks it includes). An include inside a
+/// [section], a missing included file or an include cycle is a ConfigError
+/// naming the file(s) and the rule; an unknown key in an included deck is an
+/// error naming that deck. The resolved Config (to_ini: what --print-config
+/// prints and checkpoints store) has no include lines.
 
 #include <cstdint>
 #include <string>
@@ -151,12 +162,14 @@ struct CommandLine {
 };
 
 /// Parses `prog [DECK] [--section.key=value ...] [--print-config] [--help]`.
-/// The first positional argument (or -i/--input) is the deck file.
+/// The first positional argument (or -i/--input) is the deck file; its
+/// `include =` lines are resolved (see the file comment).
 /// \throws ConfigError for an unknown key, a malformed value, a missing deck
 ///         file, or a violated single-key or cross-key rule (world size excluded).
 CommandLine parse_command_line(int argc, const char* const* argv);
 
 /// Parses a deck given as text (tests, checkpoint attributes) plus overrides.
+/// Include lines in the text are relative to the working directory.
 /// \throws ConfigError as parse_command_line.
 Config parse_deck_text(const std::string& ini_text,
                        const std::vector<std::string>& overrides = {});

@@ -20,9 +20,8 @@
 /// and every copy of its Communicator are destroyed (normally: with the grid).
 /// Destroy grids before MPI_Finalize (after it nothing is freed).
 ///
-/// Link: ProcessGrid is compiled into wlb4d_comm (it owns Communicators, and
-/// wlb4d_comm links wlb4d_grid, which holds only the MPI-free GridLayout);
-/// link wlb4d::comm to use it.
+/// Link: ProcessGrid is compiled into wlb4d_grid, which links wlb4d_comm (it
+/// owns Communicators; grid sits above comm, DESIGN §1); link wlb4d::grid.
 
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/grid/layout.hpp"

@@ -1,5 +1,5 @@
 // wlb::grid::ProcessGrid — MPI communicators of the 4D grid. Compiled into
-// wlb4d_comm (it needs Communicator; wlb4d_grid holds the MPI-free layout).
+// wlb4d_grid, which links wlb4d_comm (grid sits above comm, DESIGN §1).
 #include "wlb4d/grid/process_grid.hpp"
 
 #include "wlb4d/core/error.hpp"
