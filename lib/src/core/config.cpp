@@ -112,6 +112,11 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(int, model, vocab_size,
               "embedding/LM-head rows (tokens); 0: the dataset's vocabulary, else padded size >= it",
               at_least(0)),
+      WLB_KEY(std::string, model, recompute,
+              "activation recompute: none|selective (norms, SwiGLU product)|full (whole layer forward)",
+              one_of({"none", "selective", "full"})),
+      WLB_KEY(int, model, recompute_layers, "recompute the first N layers of each stage (count; 0: all)",
+              at_least(0)),
       // [parallel]
       WLB_KEY(int, parallel, dp, "data-parallel replicas (ranks)", at_least(1)),
       WLB_KEY(int, parallel, pp, "pipeline stages (ranks)", at_least(1)),

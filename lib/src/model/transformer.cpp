@@ -8,6 +8,8 @@
 // attention kernel check them, and lse is [Hq][T] (T is the inner extent).
 #include "wlb4d/model/transformer.hpp"
 
+#include "wlb4d/core/error.hpp"
+
 #include "wlb4d/model/attention.hpp"
 #include "wlb4d/model/layers.hpp"
 
@@ -85,21 +87,35 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   // Saved activations of one layer, elements per token (order = Field).
   const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
   width_ = {d_, 1, d_, qd, kd, kd, qd, hq_, d_, 1, d_, f_, f_, f_};
-  field_off_.assign(kNumFields, 0);
-  layer_stride_ = 0;
-  for (int f = 0; f < kNumFields; ++f) {
-    field_off_[f] = layer_stride_;
-    layer_stride_ += width_[f];
+  // Recompute (DESIGN §10): a field a layer does not keep lives in one shared
+  // one-layer workspace (rec_), overwritten by every layer's forward and
+  // refilled by recompute() before that layer's backward.
+  field_off_.assign(std::size_t(nlayers_), std::vector<std::int64_t>(kNumFields, -1));
+  std::int64_t stored = 0;  // units of C
+  for (int l = 0; l < nlayers_; ++l) {
+    rc_.push_back(recompute_mode(cfg, l));
+    for (int f = 0; f < kNumFields; ++f)
+      if (keeps(rc_.back(), Field(f))) {
+        field_off_[l][f] = stored;
+        stored += width_[f];
+      }
   }
+  rec_off_.assign(kNumFields, 0);
+  std::int64_t rec = 0;
+  for (int f = 0; f < kNumFields; ++f) {
+    rec_off_[f] = rec;
+    rec += width_[f];
+  }
+  rec_ = View1<Scalar>("wlb::model::recompute", rec * cap_);
   // Stage top: output hidden (every stage), and final norm + logits (last).
   const std::vector<std::int64_t> top_w = {d_, s.head ? 1 : 0, s.head ? d_ : 0, s.head ? vl_ : 0, s.head ? 1 : 0};
   top_off_.assign(kNumTop, 0);
   std::int64_t top = 0;
   for (int f = 0; f < kNumTop; ++f) {
-    top_off_[f] = nlayers_ * layer_stride_ + top;
+    top_off_[f] = stored + top;
     top += top_w[f];
   }
-  slot_size_ = (nlayers_ * layer_stride_ + top) * cap_;
+  slot_size_ = (stored + top) * cap_;
   ws_ = View1<Scalar>("wlb::model::activations", slot_size_ * slots);
   const std::vector<std::int64_t> scr_w = {d_, d_, qd, kd, kd, qd, f_, f_, f_, 3};
   scr_off_.assign(kNumScratch, 0);
@@ -114,8 +130,28 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
 }
 
 template <class Scalar>
+Recompute Transformer<Scalar>::recompute_mode(const core::ModelConfig& cfg, int local_layer) {
+  if (cfg.recompute_layers > 0 && local_layer >= cfg.recompute_layers) return Recompute::None;
+  if (cfg.recompute == "full") return Recompute::Full;
+  if (cfg.recompute == "selective") return Recompute::Selective;
+  if (cfg.recompute == "none") return Recompute::None;
+  throw core::ConfigError("model.recompute='" + cfg.recompute + "' must be none, selective or full");
+}
+
+template <class Scalar>
+bool Transformer<Scalar>::keeps(Recompute r, Field f) {
+  switch (r) {
+    case Recompute::None: return true;
+    case Recompute::Full: return f == kXin;
+    case Recompute::Selective: return f != kRstd1 && f != kXn1 && f != kRstd2 && f != kXn2 && f != kA;
+  }
+  return true;
+}
+
+template <class Scalar>
 Scalar* Transformer<Scalar>::field(int slot, int layer, Field f) const {
-  return ws_.data() + slot * slot_size_ + (layer * layer_stride_ + field_off_[f]) * cap_;
+  const std::int64_t o = field_off_[std::size_t(layer)][f];
+  return o >= 0 ? ws_.data() + slot * slot_size_ + o * cap_ : rec_.data() + rec_off_[f] * cap_;
 }
 
 template <class Scalar>
@@ -152,6 +188,71 @@ void Transformer<Scalar>::set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x)
 }
 
 template <class Scalar>
+void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBatchInput& mb) {
+  const std::int64_t T = mb.tokens, qd = hq_ * D_, kd = hkv_ * D_;
+  const LayerParams& P = lp_[std::size_t(l)];
+  const auto X = v2(field(slot, l, kXin), T, d_);
+  const auto XN1 = v2(field(slot, l, kXn1), T, d_);
+  const auto Q3 = v3(field(slot, l, kQ), T, hq_, D_);
+  const auto K3 = v3(field(slot, l, kK), T, hkv_, D_);
+  const auto V3 = v3(field(slot, l, kV), T, hkv_, D_);
+  const auto O3 = v3(field(slot, l, kO), T, hq_, D_);
+  const auto H1 = v2(field(slot, l, kH1), T, d_);
+  rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, v1(field(slot, l, kRstd1), T));
+  linear_forward(XN1, params_[P.wq].value2(), v2(Q3.data(), T, qd));
+  linear_forward(XN1, params_[P.wk].value2(), v2(K3.data(), T, kd));
+  linear_forward(XN1, params_[P.wv].value2(), v2(V3.data(), T, kd));
+  rope_apply(Q3, T, mb.positions, cfg_.rope_theta, false);
+  rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
+  const auto kv = kvx_->gather(params_.shard().layer_begin + l, slot, K3, V3);
+  attention_forward<Scalar>(Q3, kv.first, kv.second, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
+                            Scalar(1.0 / std::sqrt(double(D_))), O3, v2(field(slot, l, kLse), hq_, T));
+  linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), H1);
+  allreduce_tp(H1);  // row-parallel output: operator g
+  add_inplace(H1, X, T);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::mlp_block_forward(int slot, int l, const MicroBatchInput& mb, bool down) {
+  const std::int64_t T = mb.tokens;
+  const LayerParams& P = lp_[std::size_t(l)];
+  const auto H1 = v2(field(slot, l, kH1), T, d_);
+  const auto XN2 = v2(field(slot, l, kXn2), T, d_);
+  const auto G2 = v2(field(slot, l, kG), T, f_);
+  const auto U2 = v2(field(slot, l, kU), T, f_);
+  const auto A2 = v2(field(slot, l, kA), T, f_);
+  rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, v1(field(slot, l, kRstd2), T));
+  linear_forward(XN2, params_[P.w_gate].value2(), G2);
+  linear_forward(XN2, params_[P.w_up].value2(), U2);
+  swiglu_forward(G2, U2, T, A2);
+  if (!down) return;  // recompute: the backward needs no layer output
+  const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), T, d_);
+  linear_forward(A2, params_[P.w_down].value2(), XNEXT);
+  allreduce_tp(XNEXT);
+  add_inplace(XNEXT, H1, T);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::recompute(int slot, int l, const MicroBatchInput& mb) {
+  const std::int64_t T = mb.tokens;
+  const LayerParams& P = lp_[std::size_t(l)];
+  switch (rc_[std::size_t(l)]) {
+    case Recompute::None: return;
+    case Recompute::Full:  // the same kernels on the same input: bit-identical fields
+      attention_block_forward(slot, l, mb);
+      mlp_block_forward(slot, l, mb, /*down=*/false);
+      return;
+    case Recompute::Selective:
+      rmsnorm_forward(v2(field(slot, l, kXin), T, d_), T, params_[P.attn_norm].value, cfg_.norm_eps,
+                      v2(field(slot, l, kXn1), T, d_), v1(field(slot, l, kRstd1), T));
+      rmsnorm_forward(v2(field(slot, l, kH1), T, d_), T, params_[P.mlp_norm].value, cfg_.norm_eps,
+                      v2(field(slot, l, kXn2), T, d_), v1(field(slot, l, kRstd2), T));
+      swiglu_forward(v2(field(slot, l, kG), T, f_), v2(field(slot, l, kU), T, f_), T, v2(field(slot, l, kA), T, f_));
+      return;
+  }
+}
+
+template <class Scalar>
 StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput& mb,
                                                  const View2<Scalar>& input_hidden) {
   const ModelShard& s = params_.shard();
@@ -174,9 +275,6 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
   need(std::int64_t(mb.positions.extent(0)) >= T && std::int64_t(mb.kv_lo.extent(0)) >= T &&
            std::int64_t(mb.kv_hi.extent(0)) >= T,
        "positions/kv_lo/kv_hi shorter than T");
-  const Scalar scale = Scalar(1.0 / std::sqrt(double(D_)));
-  const auto kv_lo = ci(mb.kv_lo, T), kv_hi = ci(mb.kv_hi, T);
-  const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
 
   // Stage input → x_in of the first local layer.
   const View2<Scalar> x0 = v2(field(slot, 0, kXin), T, d_);
@@ -192,44 +290,8 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
   }
 
   for (int l = 0; l < nlayers_; ++l) {
-    const LayerParams& P = lp_[l];
-    const auto X = v2(field(slot, l, kXin), T, d_);
-    const auto XN1 = v2(field(slot, l, kXn1), T, d_);
-    const auto RSTD1 = v1(field(slot, l, kRstd1), T);
-    const auto Q3 = v3(field(slot, l, kQ), T, hq_, D_);
-    const auto K3 = v3(field(slot, l, kK), T, hkv_, D_);
-    const auto V3 = v3(field(slot, l, kV), T, hkv_, D_);
-    const auto O3 = v3(field(slot, l, kO), T, hq_, D_);
-    const auto LSE2 = v2(field(slot, l, kLse), hq_, T);
-    const auto H1 = v2(field(slot, l, kH1), T, d_);
-    const auto RSTD2 = v1(field(slot, l, kRstd2), T);
-    const auto XN2 = v2(field(slot, l, kXn2), T, d_);
-    const auto G2 = v2(field(slot, l, kG), T, f_);
-    const auto U2 = v2(field(slot, l, kU), T, f_);
-    const auto A2 = v2(field(slot, l, kA), T, f_);
-    const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), T, d_);
-
-    // Attention block.
-    rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
-    linear_forward(XN1, params_[P.wq].value2(), v2(Q3.data(), T, qd));
-    linear_forward(XN1, params_[P.wk].value2(), v2(K3.data(), T, kd));
-    linear_forward(XN1, params_[P.wv].value2(), v2(V3.data(), T, kd));
-    rope_apply(Q3, T, mb.positions, cfg_.rope_theta, false);
-    rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
-    const auto kv = kvx_->gather(s.layer_begin + l, slot, K3, V3);
-    attention_forward<Scalar>(Q3, kv.first, kv.second, kv_lo, kv_hi, scale, O3, LSE2);
-    linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), H1);
-    allreduce_tp(H1);  // row-parallel output: operator g
-    add_inplace(H1, X, T);
-
-    // MLP block.
-    rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
-    linear_forward(XN2, params_[P.w_gate].value2(), G2);
-    linear_forward(XN2, params_[P.w_up].value2(), U2);
-    swiglu_forward(G2, U2, T, A2);
-    linear_forward(A2, params_[P.w_down].value2(), XNEXT);
-    allreduce_tp(XNEXT);
-    add_inplace(XNEXT, H1, T);
+    attention_block_forward(slot, l, mb);
+    mlp_block_forward(slot, l, mb, /*down=*/true);
   }
 
   StageOutput<Scalar> out;
@@ -291,6 +353,7 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
   const auto DG2 = v2(scratch(kDg), T, f_);
   const auto DU2 = v2(scratch(kDu), T, f_);
   for (int l = nlayers_ - 1; l >= 0; --l) {
+    recompute(slot, l, mb);
     const LayerParams& P = lp_[l];
     const auto X = v2(field(slot, l, kXin), T, d_);
     const auto XN1 = v2(field(slot, l, kXn1), T, d_);

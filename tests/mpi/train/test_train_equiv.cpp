@@ -573,3 +573,59 @@ TEST(Np16, AllFour) {
   REQUIRE_WORLD(16);
   expect_equivalent(lay(2, 2, 2, 2), {"balance.sharding=document"}, "mixed", /*eval=*/true);
 }
+
+// ---- activation recompute: bit-identical to none on the same layout ---------------
+
+namespace {
+void expect_recompute_bit_identical(const Layout& L, const std::string& mode, int layers = 0) {
+  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, wsize());
+  const std::string ini = base_deck(dataset("mixed"));
+  auto layout_cfg = [&](const std::string& rc) {
+    std::vector<std::string> ov = {"parallel.dp=" + std::to_string(L.dp), "parallel.pp=" + std::to_string(L.pp),
+                                   "parallel.cp=" + std::to_string(L.cp), "parallel.tp=" + std::to_string(L.tp),
+                                   "parallel.schedule=" + L.schedule,
+                                   "parallel.virtual_stages=" + std::to_string(L.virtual_stages),
+                                   "model.recompute=" + rc, "model.recompute_layers=" + std::to_string(layers)};
+    return core::parse_deck_text(ini, ov);
+  };
+  grid::ProcessGrid g(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, MPI_COMM_WORLD);
+  const RunResult none = run(layout_cfg("none"), g);
+  const RunResult got = run(layout_cfg(mode), g);
+  const std::string what = describe(L) + " recompute=" + mode + " layers=" + std::to_string(layers);
+  ASSERT_EQ(got.loss.size(), none.loss.size());
+  for (std::size_t s = 0; s < none.loss.size(); ++s) {
+    EXPECT_EQ(got.loss[s], none.loss[s]) << what << " loss at step " << s;  // bit for bit
+    EXPECT_EQ(got.gnorm[s], none.gnorm[s]) << what << " grad norm at step " << s;
+  }
+  ASSERT_EQ(got.names, none.names);
+  for (std::size_t i = 0; i < none.names.size(); ++i) {
+    std::size_t differ = 0;
+    for (std::size_t j = 0; j < none.params[i].size(); ++j) differ += got.params[i][j] != none.params[i][j];
+    EXPECT_EQ(differ, 0u) << what << ": " << none.names[i] << " differs in " << differ << " elements";
+  }
+  if (wrank() == 0)
+    std::printf("[recompute] %-50s %.2f s vs none %.2f s, loss %.6f -> %.6f (bit-identical)\n", what.c_str(),
+                got.seconds, none.seconds, got.loss.front(), got.loss.back());
+  // And the layout still gives the 1-rank numbers with recompute on.
+  expect_equivalent(L, {"model.recompute=" + mode, "model.recompute_layers=" + std::to_string(layers)});
+}
+}  // namespace
+
+TEST(Recompute1, FullAndSelectiveOnOneRank) {
+  REQUIRE_WORLD(1);
+  expect_recompute_bit_identical(lay(1, 1, 1, 1), "full");
+  expect_recompute_bit_identical(lay(1, 1, 1, 1), "selective");
+  expect_recompute_bit_identical(lay(1, 1, 1, 1), "full", 2);  // 2 of 3 layers
+}
+
+TEST(Np4Recompute, CpTp) {
+  REQUIRE_WORLD(4);
+  expect_recompute_bit_identical(lay(1, 1, 2, 2), "full");
+  expect_recompute_bit_identical(lay(1, 1, 2, 2), "selective");
+}
+
+TEST(Np8Recompute, DpPpCp) {
+  REQUIRE_WORLD(8);
+  expect_recompute_bit_identical(lay(2, 2, 2, 1), "full");
+  expect_recompute_bit_identical(lay(2, 2, 2, 1), "selective", 1);
+}

@@ -37,6 +37,11 @@ struct ModelConfig {
   double norm_eps = 1e-5;     ///< RMSNorm epsilon
   double init_std = 0.02;     ///< std of the normal init of matrices
   int vocab_size = 0;         ///< 0: the dataset's; else padded size >= the dataset's (e.g. 50304)
+  /// Activation recompute (DESIGN §10): none | selective (keep the GEMM
+  /// outputs, recompute the RMSNorms and the SwiGLU product in the backward) |
+  /// full (keep each layer's input, re-run its forward in the backward).
+  std::string recompute = "none";
+  int recompute_layers = 0;   ///< recompute the first N layers of each stage (0: all)
   int head_dim() const { return d_model / heads; }
   /// Parameters of one transformer layer used in matmuls (elements): Wq and Wo
   /// (d_model·heads·head_dim each), Wk and Wv (d_model·kv_heads·head_dim each),
@@ -66,7 +71,7 @@ struct DataConfig {
   std::int64_t max_docs = 0;            ///< use only the first N documents (0: all)
 };
 
-/// [balance] WLB-LLM packing and CP sharding (reference/wlb-llm.md).
+/// [balance] WLB-LLM packing and CP sharding (docs/wlb-llm.md; WLB-LLM paper §4–5).
 struct BalanceConfig {
   std::string packer = "fixed";      ///< fixed | greedy | wlb
   std::string sharding = "sequence"; ///< sequence | document | adaptive

@@ -31,8 +31,21 @@
 /// allocated once at construction (capacity max_tokens tokens per slot);
 /// gradients of activations live in one scratch workspace shared by all slots
 /// (backward passes run one at a time). forward/backward allocate nothing.
-/// Per slot and layer: (4·d + 2·Hq_l·D + 2·Hkv_l·D + Hq_l + 3·F_l + 2)·C
-/// elements (Hq_l, Hkv_l, F_l: this rank's shard; C = max_tokens).
+/// Per slot and layer, with model.recompute = none:
+/// (4·d + 2·Hq_l·D + 2·Hkv_l·D + Hq_l + 3·F_l + 2)·C elements (Hq_l, Hkv_l,
+/// F_l: this rank's shard; C = max_tokens).
+///
+/// Activation recompute (model.recompute, for the first model.recompute_layers
+/// local layers, 0 = all): `full` keeps only the layer input x_in (d·C per
+/// layer) and re-runs the layer's forward up to the SwiGLU product before its
+/// backward (the down projection's output is not needed: one GEMM and one TP
+/// all-reduce fewer than a whole forward); `selective` keeps the GEMM outputs
+/// (q and k after RoPE, which is applied in place, v, o, lse, h1, gate, up)
+/// and recomputes both RMSNorms and the SwiGLU product (saves (2·d + F_l + 2)·C
+/// per layer). Fields not kept live in one shared one-layer workspace. The
+/// same kernels run on the same inputs, so losses and gradients are
+/// bit-identical to recompute = none; full recompute repeats the layer's CP
+/// K/V all-gather.
 ///
 /// FLOP counting (per optimizer step, the PaLM / Megatron-LM "model FLOPs"
 /// convention, Chowdhery et al. 2022 App. B; no recomputation counted):
@@ -112,6 +125,9 @@ struct StageOutput {
   /// a sum, not a mean; identical on every TP rank). Otherwise 0.
   double loss = 0;
 };
+
+/// Activation recompute of one layer (model.recompute).
+enum class Recompute { None, Selective, Full };
 
 /// One pipeline stage (one rank: the whole model) of one TP shard.
 ///
@@ -196,6 +212,11 @@ class Transformer {
     std::size_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
 
+  static Recompute recompute_mode(const core::ModelConfig& cfg, int local_layer);
+  static bool keeps(Recompute r, Field f);
+  void attention_block_forward(int slot, int l, const MicroBatchInput& mb);
+  void mlp_block_forward(int slot, int l, const MicroBatchInput& mb, bool down);
+  void recompute(int slot, int l, const MicroBatchInput& mb);
   Scalar* field(int slot, int layer, Field f) const;
   Scalar* top(int slot, Top f) const;
   Scalar* scratch(Scratch f) const;
@@ -211,8 +232,10 @@ class Transformer {
   std::vector<LayerParams> lp_;
   std::size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;
   std::vector<std::int64_t> width_;       // per Field, elements per token
-  std::vector<std::int64_t> field_off_;   // per Field, offset in units of C
-  std::int64_t layer_stride_ = 0;         // units of C
+  std::vector<std::vector<std::int64_t>> field_off_;  // [layer][Field]: offset in the slot (units of C); -1: in rec_
+  std::vector<Recompute> rc_;             // per local layer
+  std::vector<std::int64_t> rec_off_;     // per Field, offset in rec_ (units of C)
+  View1<Scalar> rec_;                     // one layer's fields that layers do not keep
   std::vector<std::int64_t> top_off_;     // per Top, units of C
   std::int64_t slot_size_ = 0;            // elements
   std::vector<std::int64_t> scr_off_;     // per Scratch, units of C
