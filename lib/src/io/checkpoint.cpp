@@ -160,31 +160,6 @@ std::vector<std::string> split_lines(const std::string& s) {
   return out;
 }
 
-// ---- collective agreement -------------------------------------------------------------
-
-/// Collective: "" when no rank has an error; otherwise the message of the
-/// lowest rank with one (same string on every rank).
-std::string agree(const comm::Communicator& w, const std::string& local) {
-  const int mine = local.empty() ? w.size() : w.rank();
-  const int first = w.allreduce_value(mine, comm::ReduceOp::Min);
-  if (first == w.size()) return "";
-  std::int64_t len = w.rank() == first ? std::int64_t(local.size()) : 0;
-  w.broadcast(&len, 1, first);
-  std::string msg(std::size_t(len), '\0');
-  if (w.rank() == first) msg = local;
-  if (len > 0) w.broadcast(msg.data(), std::size_t(len), first);
-  return msg;
-}
-
-/// Rank `root` broadcasts a string.
-std::string bcast_string(const comm::Communicator& w, std::string s, int root) {
-  std::int64_t len = std::int64_t(s.size());
-  w.broadcast(&len, 1, root);
-  s.resize(std::size_t(len));
-  if (len > 0) w.broadcast(s.data(), std::size_t(len), root);
-  return s;
-}
-
 // ---- file system ------------------------------------------------------------------------
 
 bool is_dir(const std::string& p) {
@@ -583,7 +558,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
                 shape_string(t.count) + " leaves the global shape " + shape_string(t.global_shape);
     if (t.writer) written[i] = numel(t.count);
   }
-  err = agree(w, err);
+  err = comm::agree(w, err);
   if (!err.empty()) throw CheckpointError(err);
   w.allreduce(written.data(), written.size());
   for (std::size_t i = 0; i < tensors.size(); ++i)
@@ -601,7 +576,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
       err = e.what();
     }
   }
-  err = agree(w, err);
+  err = comm::agree(w, err);
   if (!err.empty()) throw CheckpointError(err);
 
   // 3. Collective file creation and writes over the *writer* ranks only: the
@@ -613,11 +588,14 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   //    all-rank checkpoint of the quickstart model took 70 s.
   bool is_writer = w.rank() == 0;
   for (const auto& t : tensors) is_writer = is_writer || t.writer;
-  MPI_Comm sub = MPI_COMM_NULL;
-  if (MPI_Comm_split(w.mpi(), is_writer ? 0 : MPI_UNDEFINED, w.rank(), &sub) != MPI_SUCCESS)
+  std::optional<comm::Communicator> sub;
+  try {
+    sub = w.split(is_writer ? 0 : comm::Communicator::kNoColor, w.rank());  // rank 0 of w is rank 0 of sub
+  } catch (const core::CommError&) {
     throw CheckpointError(prefix(tmp) + "MPI_Comm_split of the writer ranks failed");
-  if (is_writer) {
-    const comm::Communicator wc(sub, w.wait_mode(), /*owns=*/true);  // rank 0 of w is rank 0 here
+  }
+  if (sub) {
+    const comm::Communicator& wc = *sub;
     H fapl(H5Pcreate(H5P_FILE_ACCESS));
     H5Pset_fapl_mpio(fapl.get(), wc.mpi(), MPI_INFO_NULL);
     H5Pset_all_coll_metadata_ops(fapl.get(), 1);
@@ -719,7 +697,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
     }
   }
   w.barrier();
-  err = agree(w, err);
+  err = comm::agree(w, err);
   if (!err.empty()) {
     if (w.rank() == 0) std::remove(tmp.c_str());
     throw CheckpointError(err);
@@ -733,7 +711,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
       err = prefix(final_path) + e.what();
     }
   }
-  err = agree(w, err);
+  err = comm::agree(w, err);
   if (!err.empty()) throw CheckpointError(err);
   return final_path;
 }
@@ -754,14 +732,14 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGri
       err = e.what();
     }
   }
-  err = agree(w, err);
+  err = comm::agree(w, err);
   if (!err.empty()) throw CheckpointError(err);
 
   H fapl(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_mpio(fapl.get(), w.mpi(), MPI_INFO_NULL);
   H file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
   if (!file.valid()) err = prefix(path) + "cannot open with MPI-IO" + h5_reason();
-  err = agree(w, err);
+  err = comm::agree(w, err);
   // The serial pre-check makes a divergent open (some ranks fail, some not)
   // practically impossible; were it to happen, the ranks holding a handle
   // would close it collectively without the others.
@@ -818,7 +796,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGri
   }
   dxpl.reset();
   if (!file.reset() && err.empty()) err = prefix(path) + "H5Fclose failed" + h5_reason();  // collective
-  err = agree(w, err);
+  err = comm::agree(w, err);
   if (!err.empty()) throw CheckpointError(err);
   return out;
 }
@@ -845,10 +823,10 @@ void verify_checkpoint(const std::string& path, const comm::Communicator& world)
       err = e.what();
     }
   }
-  err = agree(world, err);
+  err = comm::agree(world, err);
   if (!err.empty()) throw CheckpointError(err);
-  const auto names = split_lines(bcast_string(world, listing, 0));
-  err = agree(world, verify_part(path, world.rank(), world.size(), names));
+  const auto names = split_lines(comm::bcast_string(world, listing, 0));
+  err = comm::agree(world, verify_part(path, world.rank(), world.size(), names));
   if (!err.empty()) throw CheckpointError(err);
 }
 
@@ -922,7 +900,7 @@ std::optional<std::string> resolve_resume(const std::string& dir, const std::str
     }
   }
   world.broadcast(&code, 1, 0);
-  text = bcast_string(world, text, 0);
+  text = comm::bcast_string(world, text, 0);
   if (code == 0) return std::nullopt;
   if (code == 3) throw CheckpointError(text);
   if (code == 2) {
