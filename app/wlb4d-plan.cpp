@@ -10,8 +10,7 @@
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
-
-#include <hdf5.h>
+#include "wlb4d/data/h5util.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -37,28 +36,17 @@ std::string resolve(const std::string& path, const std::string& deck) {
 
 // Document lengths from an HDF5 token dataset's /doc_offsets (DESIGN §7).
 std::vector<std::int64_t> lengths_from_hdf5(const std::string& path) {
-  H5E_auto2_t old_fn;
-  void* old_data;
-  H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  hid_t d = f >= 0 ? H5Dopen2(f, "/doc_offsets", H5P_DEFAULT) : -1;
-  std::vector<unsigned long long> off;
-  bool ok = d >= 0;
-  if (ok) {
-    const hid_t sp = H5Dget_space(d);
-    hsize_t n = 0;
-    ok = H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &n, nullptr) == 1 && n >= 2;
-    if (ok) {
-      off.resize(n);
-      ok = H5Dread(d, H5T_NATIVE_ULLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data()) >= 0;
-    }
-    H5Sclose(sp);
-    H5Dclose(d);
+  namespace h5 = wlb::data::h5;
+  std::vector<std::uint64_t> off;
+  try {
+    const h5::Quiet quiet;
+    const h5::Handle f(h5::check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "cannot open"));
+    off = h5::read_1d_u64(f.get(), "/doc_offsets", path);
+  } catch (const DataError&) {
+    off.clear();
   }
-  if (f >= 0) H5Fclose(f);
-  H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
-  if (!ok) throw DataError("plan.lengths='" + path + "': cannot read a 1-D /doc_offsets (n_docs+1) from it");
+  if (off.size() < 2)
+    throw DataError("plan.lengths='" + path + "': cannot read a 1-D /doc_offsets (n_docs+1) from it");
   std::vector<std::int64_t> len;
   for (std::size_t i = 1; i < off.size(); ++i) {
     if (off[i] <= off[i - 1]) throw DataError("plan.lengths='" + path + "': /doc_offsets must increase strictly");

@@ -364,6 +364,38 @@ void Communicator::barrier() const {
   }
 }
 
+std::optional<Communicator> Communicator::split(int color, int key) const {
+  check_live("split");
+  if (wait_ == WaitMode::Yield) barrier();  // wait politely; the split below blocks
+  const CommCpuScope cpu_scope;
+  MPI_Comm sub = MPI_COMM_NULL;
+  check_rc(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split", rank_, size_);
+  if (sub == MPI_COMM_NULL) return std::nullopt;
+  return Communicator(sub, wait_, /*owns=*/true);
+}
+
+// ---- small collective protocols -------------------------------------------------
+
+std::string agree(const Communicator& c, const std::string& local) {
+  const int mine = local.empty() ? c.size() : c.rank();
+  const int first = c.allreduce_value(mine, ReduceOp::Min);
+  if (first == c.size()) return "";
+  std::int64_t len = c.rank() == first ? std::int64_t(local.size()) : 0;
+  c.broadcast(&len, 1, first);
+  std::string msg(std::size_t(len), '\0');
+  if (c.rank() == first) msg = local;
+  if (len > 0) c.broadcast(msg.data(), std::size_t(len), first);
+  return msg;
+}
+
+std::string bcast_string(const Communicator& c, std::string s, int root) {
+  std::int64_t len = std::int64_t(s.size());
+  c.broadcast(&len, 1, root);
+  s.resize(std::size_t(len));
+  if (len > 0) c.broadcast(s.data(), std::size_t(len), root);
+  return s;
+}
+
 namespace detail {
 void set_max_message_elements(std::size_t n) {
   if (n == 0 || n > static_cast<std::size_t>(INT_MAX))

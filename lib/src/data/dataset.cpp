@@ -96,15 +96,19 @@ void TokenDataset::Impl::open_common(hid_t fapl) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw DataError(path + ": token dataset does not exist");
   htri_t is_h5 = -1;
-  H5E_BEGIN_TRY { is_h5 = H5Fis_hdf5(path.c_str()); }
-  H5E_END_TRY;
+  {
+    const h5::Quiet quiet;
+    is_h5 = H5Fis_hdf5(path.c_str());
+  }
   if (is_h5 <= 0) {
     H5Eclear2(H5E_DEFAULT);
     throw DataError(path + ": not an HDF5 file (no HDF5 signature; expected a wlb4d-tokens dataset)");
   }
   hid_t f = H5I_INVALID_HID;
-  H5E_BEGIN_TRY { f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); }
-  H5E_END_TRY;
+  {
+    const h5::Quiet quiet;
+    f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+  }
   im.file = Handle(h5::check(f, path, "cannot open HDF5 file (truncated or corrupt?)"));
   hid_t root = im.file.get();
 
@@ -155,8 +159,10 @@ void TokenDataset::Impl::read_range(std::int64_t begin, std::int64_t count, toke
                    "cannot select tokens [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")");
   Handle mspace(h5::check(H5Screate_simple(1, &cnt, nullptr), path, "H5Screate_simple"));
   herr_t st = -1;
-  H5E_BEGIN_TRY { st = H5Dread(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, out); }
-  H5E_END_TRY;
+  {
+    const h5::Quiet quiet;
+    st = H5Dread(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, out);
+  }
   h5::check_status(st, path,
                    "cannot read dataset 'tokens' [" + std::to_string(begin) + ", " +
                        std::to_string(begin + count) + ") (truncated or corrupt file?)");
@@ -179,43 +185,34 @@ TokenDataset TokenDataset::open(const std::string& path) {
   return TokenDataset(std::move(im));
 }
 
-TokenDataset TokenDataset::open(const std::string& path, MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+TokenDataset TokenDataset::open(const std::string& path, const comm::Communicator& comm) {
   auto im = std::make_unique<Impl>();
   im->path = path;
   // Every rank sees the same file, so open_common fails on all ranks or none;
   // still, agree on it so that no rank is left alone in the collective H5Fopen.
-  int exists_here = fs::exists(path) ? 1 : 0, exists_all = 0;
-  MPI_Allreduce(&exists_here, &exists_all, 1, MPI_INT, MPI_MIN, comm);
-  if (!exists_all) throw DataError(path + ": token dataset does not exist (on at least one rank)");
+  const int exists_here = fs::exists(path) ? 1 : 0;
+  if (!comm.allreduce_value(exists_here, comm::ReduceOp::Min))
+    throw DataError(path + ": token dataset does not exist (on at least one rank)");
   Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), path, "H5Pcreate"));
-  h5::check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), path, "H5Pset_fapl_mpio");
+  // HDF5's MPI-IO driver needs the raw communicator.
+  h5::check_status(H5Pset_fapl_mpio(fapl.get(), comm.mpi(), MPI_INFO_NULL), path, "H5Pset_fapl_mpio");
   im->open_common(fapl.get());
 
   // Rank 0 reads and validates the offsets; everyone learns the verdict.
   std::string err;
-  if (rank == 0) {
+  if (comm.rank() == 0) {
     try {
       im->offsets = load_offsets(im->file.get(), path, im->num_tokens);
     } catch (const DataError& e) {
       err = e.what();
     }
   }
-  long long hdr[2] = {static_cast<long long>(err.size()), static_cast<long long>(im->offsets.size())};
-  MPI_Bcast(hdr, 2, MPI_LONG_LONG, 0, comm);
-  if (hdr[0] > 0) {
-    err.resize(static_cast<std::size_t>(hdr[0]));
-    MPI_Bcast(err.data(), static_cast<int>(hdr[0]), MPI_CHAR, 0, comm);
-    throw DataError(err);
-  }
-  im->offsets.resize(static_cast<std::size_t>(hdr[1]));
-  // Broadcast in pieces below INT_MAX elements.
-  const std::size_t piece = std::size_t{1} << 28;
-  for (std::size_t i = 0; i < im->offsets.size(); i += piece) {
-    int n = static_cast<int>(std::min(piece, im->offsets.size() - i));
-    MPI_Bcast(im->offsets.data() + i, n, MPI_UINT64_T, 0, comm);
-  }
+  err = comm::bcast_string(comm, err, 0);
+  if (!err.empty()) throw DataError(err);
+  std::int64_t n = static_cast<std::int64_t>(im->offsets.size());
+  comm.broadcast(&n, 1, 0);
+  im->offsets.resize(static_cast<std::size_t>(n));
+  comm.broadcast(im->offsets.data(), im->offsets.size(), 0);  // split below INT_MAX elements by comm
   return TokenDataset(std::move(im));
 }
 
@@ -326,8 +323,10 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
   if (opts.chunk_tokens < 1) throw DataError(path + ": chunk_tokens must be >= 1");
 
   hid_t f = H5I_INVALID_HID;
-  H5E_BEGIN_TRY { f = H5Fcreate(im.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT); }
-  H5E_END_TRY;
+  {
+    const h5::Quiet quiet;
+    f = H5Fcreate(im.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  }
   im.file = Handle(h5::check(f, im.tmp, "cannot create token dataset file"));
   hid_t root = im.file.get();
 

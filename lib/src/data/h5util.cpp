@@ -1,9 +1,9 @@
-// Private HDF5 helpers of the data area (see h5util.hpp).
+// The HDF5 helper layer (see h5util.hpp).
 #include "wlb4d/data/h5util.hpp"
 
-namespace wlb::data::h5 {
+#include <cstdlib>
 
-using core::DataError;
+namespace wlb::data::h5 {
 
 bool Handle::reset() noexcept {
   if (id_ < 0) return true;
@@ -24,6 +24,12 @@ bool Handle::reset() noexcept {
   id_ = H5I_INVALID_HID;
   return st >= 0;
 }
+
+Quiet::Quiet() {
+  H5Eget_auto2(H5E_DEFAULT, &fn_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+Quiet::~Quiet() { H5Eset_auto2(H5E_DEFAULT, fn_, data_); }
 
 namespace {
 herr_t collect(unsigned, const H5E_error2_t* err, void* data) {
@@ -46,48 +52,30 @@ std::string last_error() {
   return s;
 }
 
-hid_t check(hid_t id, const std::string& file, const std::string& what) {
-  if (id < 0) {
-    std::string why = last_error();
-    throw DataError(file + ": " + what + (why.empty() ? "" : " (HDF5: " + why + ")"));
-  }
-  return id;
-}
-
-void check_status(herr_t st, const std::string& file, const std::string& what) {
-  if (st < 0) check(H5I_INVALID_HID, file, what);
+std::string reason() {
+  const std::string why = last_error();
+  return why.empty() ? "" : " (HDF5: " + why + ")";
 }
 
 bool exists(hid_t loc, const std::string& name) {
+  // Every component ("/optim/m/x": /optim, /optim/m, /optim/m/x), so a
+  // missing parent group is "absent", not an HDF5 error.
+  std::size_t pos = 0;
+  while (true) {
+    pos = name.find('/', pos + 1);
+    const std::string part = name.substr(0, pos);
+    if (!part.empty() && part != "/") {
+      htri_t r = -1;
+      H5E_BEGIN_TRY { r = H5Lexists(loc, part.c_str(), H5P_DEFAULT); }
+      H5E_END_TRY;
+      if (r <= 0) return false;
+    }
+    if (pos == std::string::npos) break;
+  }
   htri_t r = -1;
-  H5E_BEGIN_TRY { r = H5Lexists(loc, name.c_str(), H5P_DEFAULT); }
-  H5E_END_TRY;
-  if (r <= 0) return false;
   H5E_BEGIN_TRY { r = H5Oexists_by_name(loc, name.c_str(), H5P_DEFAULT); }
   H5E_END_TRY;
   return r > 0;
-}
-
-void write_attr_string(hid_t loc, const std::string& name, const std::string& value,
-                       const std::string& file) {
-  Handle type(check(H5Tcopy(H5T_C_S1), file, "H5Tcopy"));
-  check_status(H5Tset_size(type.get(), value.empty() ? 1 : value.size()), file, "H5Tset_size");
-  check_status(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), file, "H5Tset_strpad");
-  check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), file, "H5Tset_cset");
-  Handle space(check(H5Screate(H5S_SCALAR), file, "H5Screate"));
-  Handle attr(check(H5Acreate2(loc, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                    file, "cannot create attribute '" + name + "'"));
-  std::string buf = value.empty() ? std::string(1, '\0') : value;
-  check_status(H5Awrite(attr.get(), type.get(), buf.data()), file,
-               "cannot write attribute '" + name + "'");
-}
-
-void write_attr_i64(hid_t loc, const std::string& name, std::int64_t value, const std::string& file) {
-  Handle space(check(H5Screate(H5S_SCALAR), file, "H5Screate"));
-  Handle attr(check(H5Acreate2(loc, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                    file, "cannot create attribute '" + name + "'"));
-  check_status(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), file,
-               "cannot write attribute '" + name + "'");
 }
 
 bool has_attr(hid_t loc, const std::string& name) {
@@ -97,53 +85,134 @@ bool has_attr(hid_t loc, const std::string& name) {
   return r > 0;
 }
 
+namespace detail {
+
 namespace {
-Handle open_attr(hid_t loc, const std::string& name, const std::string& file) {
-  if (!has_attr(loc, name))
-    throw DataError(file + ": wrong schema: missing root attribute '" + name + "'");
-  return Handle(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), file,
-                      "cannot open attribute '" + name + "'"));
+
+/// Raises "<file>: <what>" through the area's error factory.
+[[noreturn]] void fail(Raise f, const std::string& file, const std::string& what) {
+  f(file + ": " + what);
+  std::abort();  // a Raise always throws
 }
+hid_t need(hid_t id, Raise f, const std::string& file, const std::string& what) {
+  if (id < 0) fail(f, file, what + reason());
+  return id;
+}
+void need_ok(herr_t st, Raise f, const std::string& file, const std::string& what) {
+  if (st < 0) fail(f, file, what + reason());
+}
+
+std::string q(const std::string& name) { return "'" + name + "'"; }
+std::string schema(Wording w) { return w == Wording::Data ? "wrong schema: " : ""; }
+
+std::string write_failed(const std::string& name, Wording w, bool creating) {
+  if (w == Wording::Checkpoint) return "cannot write attribute " + name;
+  return (creating ? "cannot create attribute " : "cannot write attribute ") + q(name);
+}
+std::string wrong_class(const std::string& name, Wording w, const char* data_rule, const char* ckpt_rule) {
+  return schema(w) + "attribute " + q(name) + (w == Wording::Data ? data_rule : ckpt_rule);
+}
+std::string not_scalar(const std::string& name, Wording w) {
+  return schema(w) + "attribute " + q(name) + " must be a scalar";
+}
+
+Handle open_attr(hid_t loc, const std::string& name, const std::string& file, Wording w, Raise f) {
+  if (!has_attr(loc, name)) fail(f, file, schema(w) + "missing root attribute " + q(name));
+  return Handle(need(H5Aopen(loc, name.c_str(), H5P_DEFAULT), f, file, "cannot open attribute " + q(name)));
+}
+
 }  // namespace
 
-std::string read_attr_string(hid_t loc, const std::string& name, const std::string& file) {
-  Handle attr = open_attr(loc, name, file);
-  Handle type(check(H5Aget_type(attr.get()), file, "H5Aget_type"));
+void write_attr_string(hid_t loc, const std::string& name, const std::string& value, const std::string& file,
+                       StrKind kind, Wording w, Raise f) {
+  const bool vl = kind == StrKind::VariableUtf8;
+  Handle type(need(H5Tcopy(H5T_C_S1), f, file, "H5Tcopy"));
+  need_ok(H5Tset_size(type.get(), vl ? H5T_VARIABLE : (value.empty() ? 1 : value.size())), f, file, "H5Tset_size");
+  if (kind == StrKind::FixedUtf8) need_ok(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), f, file, "H5Tset_strpad");
+  if (kind != StrKind::FixedAscii) need_ok(H5Tset_cset(type.get(), H5T_CSET_UTF8), f, file, "H5Tset_cset");
+  Handle space(need(H5Screate(H5S_SCALAR), f, file, "H5Screate"));
+  Handle attr(need(H5Acreate2(loc, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), f, file,
+                   write_failed(name, w, true)));
+  herr_t st = -1;
+  if (vl) {
+    const char* p = value.c_str();
+    st = H5Awrite(attr.get(), type.get(), &p);
+  } else {
+    const std::string buf = value.empty() ? std::string(1, '\0') : value;
+    st = H5Awrite(attr.get(), type.get(), buf.data());
+  }
+  need_ok(st, f, file, write_failed(name, w, false));
+}
+
+void write_attr(hid_t loc, const std::string& name, hid_t type, const void* values, hsize_t n, bool scalar,
+                const std::string& file, Wording w, Raise f) {
+  Handle space(need(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr), f, file, "H5Screate"));
+  Handle attr(need(H5Acreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), f, file,
+                   write_failed(name, w, true)));
+  need_ok(H5Awrite(attr.get(), type, values), f, file, write_failed(name, w, false));
+}
+
+std::string read_attr_string(hid_t loc, const std::string& name, const std::string& file, Wording w, Raise f) {
+  Handle attr = open_attr(loc, name, file, w, f);
+  Handle type(need(H5Aget_type(attr.get()), f, file, "H5Aget_type"));
   if (H5Tget_class(type.get()) != H5T_STRING)
-    throw DataError(file + ": wrong schema: attribute '" + name + "' must be a string");
-  Handle space(check(H5Aget_space(attr.get()), file, "H5Aget_space"));
-  if (H5Sget_simple_extent_npoints(space.get()) != 1)
-    throw DataError(file + ": wrong schema: attribute '" + name + "' must be a scalar");
+    fail(f, file, wrong_class(name, w, " must be a string", " is not a string"));
+  Handle space(need(H5Aget_space(attr.get()), f, file, "H5Aget_space"));
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) fail(f, file, not_scalar(name, w));
   if (H5Tis_variable_str(type.get()) > 0) {
-    Handle mem(check(H5Tcopy(H5T_C_S1), file, "H5Tcopy"));
+    Handle mem(need(H5Tcopy(H5T_C_S1), f, file, "H5Tcopy"));
     H5Tset_size(mem.get(), H5T_VARIABLE);
     H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
     char* p = nullptr;
-    check_status(H5Aread(attr.get(), mem.get(), &p), file, "cannot read attribute '" + name + "'");
+    need_ok(H5Aread(attr.get(), mem.get(), &p), f, file, "cannot read attribute " + q(name));
     std::string s = p ? p : "";
     H5free_memory(p);
     return s;
   }
   std::size_t n = H5Tget_size(type.get());
   std::string s(n, '\0');
-  check_status(H5Aread(attr.get(), type.get(), s.data()), file, "cannot read attribute '" + name + "'");
+  need_ok(H5Aread(attr.get(), type.get(), s.data()), f, file, "cannot read attribute " + q(name));
   auto end = s.find('\0');
   if (end != std::string::npos) s.resize(end);
   while (!s.empty() && s.back() == ' ') s.pop_back();  // H5T_STR_SPACEPAD
   return s;
 }
 
-std::int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file) {
-  Handle attr = open_attr(loc, name, file);
-  Handle type(check(H5Aget_type(attr.get()), file, "H5Aget_type"));
-  if (H5Tget_class(type.get()) != H5T_INTEGER)
-    throw DataError(file + ": wrong schema: attribute '" + name + "' must be an integer");
-  Handle space(check(H5Aget_space(attr.get()), file, "H5Aget_space"));
-  if (H5Sget_simple_extent_npoints(space.get()) != 1)
-    throw DataError(file + ": wrong schema: attribute '" + name + "' must be a scalar");
-  std::int64_t v = 0;
-  check_status(H5Aread(attr.get(), H5T_NATIVE_INT64, &v), file, "cannot read attribute '" + name + "'");
+std::vector<std::int64_t> read_attr_i64s(hid_t loc, const std::string& name, const std::string& file, Wording w,
+                                         Raise f) {
+  Handle attr = open_attr(loc, name, file, w, f);
+  Handle type(need(H5Aget_type(attr.get()), f, file, "H5Aget_type"));
+  Handle space(need(H5Aget_space(attr.get()), f, file, "H5Aget_space"));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  const char* data_rule = " must be an integer";
+  const char* ckpt_rule = " is not an integer attribute";
+  if (H5Tget_class(type.get()) != H5T_INTEGER) fail(f, file, wrong_class(name, w, data_rule, ckpt_rule));
+  if (n < 1) fail(f, file, w == Wording::Data ? not_scalar(name, w) : wrong_class(name, w, data_rule, ckpt_rule));
+  std::vector<std::int64_t> v(std::size_t(n), 0);
+  need_ok(H5Aread(attr.get(), H5T_NATIVE_INT64, v.data()), f, file, "cannot read attribute " + q(name));
   return v;
 }
+
+std::int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file, Wording w, Raise f) {
+  const auto v = read_attr_i64s(loc, name, file, w, f);
+  if (w == Wording::Data && v.size() != 1) fail(f, file, not_scalar(name, w));
+  return v.at(0);
+}
+
+std::vector<std::uint64_t> read_1d_u64(hid_t loc, const std::string& name, const std::string& file, Raise f) {
+  if (!exists(loc, name)) fail(f, file, "missing dataset " + q(name));
+  Handle d(need(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), f, file, "cannot open dataset " + q(name)));
+  Handle sp(need(H5Dget_space(d.get()), f, file, "H5Dget_space " + name));
+  hsize_t n = 0;
+  if (H5Sget_simple_extent_ndims(sp.get()) != 1 || H5Sget_simple_extent_dims(sp.get(), &n, nullptr) != 1)
+    fail(f, file, "dataset " + q(name) + " must be 1-D");
+  std::vector<std::uint64_t> v(n);
+  if (n > 0)
+    need_ok(H5Dread(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), f, file,
+            "cannot read dataset " + q(name));
+  return v;
+}
+
+}  // namespace detail
 
 }  // namespace wlb::data::h5

@@ -250,6 +250,36 @@ TEST_P(CommTest, OwnedCommunicatorLivesWhileACopyLives) {
   EXPECT_EQ(survivor.size(), c.size());
 }
 
+TEST_P(CommTest, SplitByColorAndNoColor) {
+  // Even ranks form one communicator (reverse order by key), odd ranks none.
+  const bool even = c.rank() % 2 == 0;
+  const auto sub = c.split(even ? 0 : Communicator::kNoColor, -c.rank());
+  ASSERT_EQ(sub.has_value(), even);
+  if (sub) {
+    const int n_even = (c.size() + 1) / 2;
+    EXPECT_EQ(sub->size(), n_even);
+    EXPECT_EQ(sub->rank(), n_even - 1 - c.rank() / 2);
+    EXPECT_EQ(sub->wait_mode(), GetParam());
+    EXPECT_EQ(sub->allreduce_value(1), n_even);
+  }
+  c.barrier();
+}
+
+TEST_P(CommTest, AgreeOnFirstError) {
+  EXPECT_EQ(wlb::comm::agree(c, ""), "");
+  // Every rank from 1 up has an error: rank 1's wins (rank 0's alone when size 1).
+  const std::string mine = "error of rank " + std::to_string(c.rank());
+  const std::string got = wlb::comm::agree(c, c.rank() >= 1 || c.size() == 1 ? mine : "");
+  EXPECT_EQ(got, c.size() == 1 ? "error of rank 0" : "error of rank 1");
+}
+
+TEST_P(CommTest, BroadcastString) {
+  const int root = c.size() - 1;
+  const std::string s = c.rank() == root ? std::string("from the root, with a \0 inside", 30) : "ignored";
+  EXPECT_EQ(wlb::comm::bcast_string(c, s, root), std::string("from the root, with a \0 inside", 30));
+  EXPECT_EQ(wlb::comm::bcast_string(c, c.rank() == 0 ? "" : "x", 0), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(WaitModes, CommTest, ::testing::Values(WaitMode::Yield, WaitMode::Block),
                          [](const auto& info) { return info.param == WaitMode::Yield ? "Yield" : "Block"; });
 

@@ -36,7 +36,7 @@ TEST(TokenDatasetMpi, CollectiveOpenMatchesSerialOpen) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   auto serial = TokenDataset::open(prepared());
-  auto par = TokenDataset::open(prepared(), MPI_COMM_WORLD);
+  auto par = TokenDataset::open(prepared(), comm::Communicator::world());
   EXPECT_EQ(par.doc_offsets(), serial.doc_offsets());
   EXPECT_EQ(par.num_tokens(), serial.num_tokens());
   EXPECT_EQ(par.vocab_size(), 257);
@@ -51,6 +51,6 @@ TEST(TokenDatasetMpi, CollectiveOpenMatchesSerialOpen) {
 }
 
 TEST(TokenDatasetMpi, ErrorsOnEveryRank) {
-  EXPECT_THROW(TokenDataset::open("no/such/dataset.h5", MPI_COMM_WORLD), core::DataError);
+  EXPECT_THROW(TokenDataset::open("no/such/dataset.h5", comm::Communicator::world()), core::DataError);
   MPI_Barrier(MPI_COMM_WORLD);
 }

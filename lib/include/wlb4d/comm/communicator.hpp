@@ -47,6 +47,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,16 @@ class Communicator {
   template <class T> void recv(T* data, std::size_t count, int src, int tag) const;
   void barrier() const;
 
+  /// Collective over this communicator (MPI_Comm_split): the ranks passing
+  /// the same color >= 0 form one new communicator, ordered by (key, rank);
+  /// a rank passing color < 0 (kNoColor, MPI_UNDEFINED) joins none and gets
+  /// std::nullopt. The new communicator is owned (freed with its last copy)
+  /// and waits in this one's WaitMode. MPI has no nonblocking split, so under
+  /// WaitMode::Yield the ranks first meet in a polite barrier; the blocking
+  /// split then finds them all there and does not busy-poll.
+  static constexpr int kNoColor = -1;
+  std::optional<Communicator> split(int color, int key) const;
+
   // ---- device buffers (model activations, gradients) ---------------------------
   /// Attaches the backend used for device buffers (nullptr: MPI for all).
   void attach_device(std::shared_ptr<const DeviceCollectives> d) { device_ = std::move(d); }
@@ -177,6 +188,18 @@ class Communicator {
   int size_ = 1;
   std::shared_ptr<const DeviceCollectives> device_;
 };
+
+// ---- small collective protocols ------------------------------------------------
+
+/// Collective first-error agreement: every rank of c passes its own error
+/// message ("" for none). Returns "" on every rank when no rank has one;
+/// otherwise the message of the lowest rank that has one, on every rank.
+/// Lets all ranks throw the same error together (DESIGN §3).
+std::string agree(const Communicator& c, const std::string& local);
+
+/// Collective broadcast of a string: returns rank `root`'s `s` on every rank
+/// (the other ranks' `s` is ignored).
+std::string bcast_string(const Communicator& c, std::string s, int root);
 
 /// MPI datatype of T (float, double, int32, int64, uint32, uint64, char,
 /// int8/signed char, uint8/unsigned char). Other types do not link.

@@ -14,9 +14,8 @@
 ///   eos_id (int), tokenizer ("bytes" | "sentencepiece"), source (string),
 ///   num_docs, num_tokens (int, informational), writer (string).
 
+#include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/types.hpp"
-
-#include <mpi.h>
 
 #include <cstdint>
 #include <memory>
@@ -45,7 +44,7 @@ class TokenDataset {
   /// (and destroy the object) together. Rank 0 reads /doc_offsets and
   /// broadcasts them; a schema error is thrown on every rank. Later reads are
   /// independent (any rank may read any span at any time).
-  static TokenDataset open(const std::string& path, MPI_Comm comm);
+  static TokenDataset open(const std::string& path, const comm::Communicator& comm);
 
   TokenDataset(TokenDataset&&) noexcept;
   TokenDataset& operator=(TokenDataset&&) noexcept;

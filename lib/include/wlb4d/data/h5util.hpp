@@ -1,9 +1,15 @@
 #pragma once
 /// \file h5util.hpp
-/// \brief HDF5 helpers of the data area, also used by io's checkpoints: an
-/// RAII handle, HDF5's error reason, and small typed attribute/dataset
-/// accessors. Every failure of the accessors becomes a wlb::core::DataError
-/// whose message names the file and object and carries HDF5's own reason.
+/// \brief The one HDF5 helper layer of wlb4d (data's token datasets, io's
+/// checkpoints and timing logs, wlb4d-plan): an RAII handle, HDF5's error
+/// reason, silencing of HDF5's own error printing, and small typed
+/// attribute/dataset accessors.
+///
+/// Errors: every helper that can fail throws `Err` (a template parameter,
+/// default core::DataError; io passes core::CheckpointError) with the message
+/// "<file>: <what>[ (HDF5: <reason>)]". `file` is whatever names the object
+/// to the user: a path ("tokens.h5") or a phrase ("checkpoint step_1.h5").
+/// Any Err constructible from a std::string works.
 
 #include "wlb4d/core/error.hpp"
 
@@ -42,25 +48,120 @@ class Handle {
   hid_t id_ = H5I_INVALID_HID;
 };
 
+/// Silences HDF5's automatic error printing for the lifetime of the object
+/// (our messages carry the reason instead); restores the previous handler.
+class Quiet {
+ public:
+  Quiet();
+  ~Quiet();
+  Quiet(const Quiet&) = delete;
+  Quiet& operator=(const Quiet&) = delete;
+
+ private:
+  H5E_auto2_t fn_ = nullptr;
+  void* data_ = nullptr;
+};
+
 /// Innermost descriptions of HDF5's current error stack ("" when empty),
 /// e.g. "truncated file: eof = 1024, ...". Clears the stack.
 std::string last_error();
+/// last_error() as " (HDF5: <reason>)", or "" when the stack is empty. Clears the stack.
+std::string reason();
 
-/// Throws DataError("<file>: <what>: <HDF5 reason>") when id < 0.
-hid_t check(hid_t id, const std::string& file, const std::string& what);
-void check_status(herr_t st, const std::string& file, const std::string& what);
+/// Throws Err(message): the error factory the helpers below are built on.
+template <class Err> [[noreturn]] void raise(const std::string& message) { throw Err(message); }
+using Raise = void (*)(const std::string&);
 
-/// Does the link `name` exist under loc (no error printed when it does not)?
+/// Throws Err("<file>: <what> (HDF5: <reason>)") when id < 0; returns id.
+template <class Err = core::DataError>
+hid_t check(hid_t id, const std::string& file, const std::string& what) {
+  if (id < 0) raise<Err>(file + ": " + what + reason());
+  return id;
+}
+/// As check, for an herr_t status.
+template <class Err = core::DataError>
+void check_status(herr_t st, const std::string& file, const std::string& what) {
+  if (st < 0) raise<Err>(file + ": " + what + reason());
+}
+
+/// Does the object `name` (relative or absolute, e.g. "/optim/m/x") exist
+/// under loc? Every path component is checked; nothing is printed.
 bool exists(hid_t loc, const std::string& name);
-
-// --- attributes (scalar) ---
-void write_attr_string(hid_t loc, const std::string& name, const std::string& value,
-                       const std::string& file);
-void write_attr_i64(hid_t loc, const std::string& name, std::int64_t value, const std::string& file);
+/// Does loc carry the attribute `name`? (nothing printed)
 bool has_attr(hid_t loc, const std::string& name);
+
+/// How the attribute helpers word a failure. Data files:
+/// "wrong schema: missing root attribute 'x'", "... attribute 'x' must be a
+/// string", "cannot create attribute 'x'". Checkpoints (their messages
+/// predate this layer): "missing root attribute 'x'", "attribute 'x' is not
+/// a string", "is not an integer attribute", "cannot write attribute x".
+enum class Wording { Data, Checkpoint };
+
+/// How a string attribute is stored.
+enum class StrKind {
+  FixedUtf8,     ///< fixed length (max(1, size)), null-padded, UTF-8 (token datasets)
+  FixedAscii,    ///< fixed length (max(1, size)), null-terminated, ASCII (timing logs)
+  VariableUtf8,  ///< variable length, UTF-8 (checkpoints; h5py reads str, no size limit)
+};
+
+namespace detail {
+void write_attr_string(hid_t loc, const std::string& name, const std::string& value, const std::string& file,
+                       StrKind kind, Wording w, Raise fail);
+void write_attr(hid_t loc, const std::string& name, hid_t type, const void* values, hsize_t n, bool scalar,
+                const std::string& file, Wording w, Raise fail);
+std::string read_attr_string(hid_t loc, const std::string& name, const std::string& file, Wording w, Raise fail);
+std::vector<std::int64_t> read_attr_i64s(hid_t loc, const std::string& name, const std::string& file, Wording w,
+                                         Raise fail);
+std::int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file, Wording w, Raise fail);
+std::vector<std::uint64_t> read_1d_u64(hid_t loc, const std::string& name, const std::string& file, Raise fail);
+}  // namespace detail
+
+// --- attributes ---
+/// Scalar string attribute.
+template <class Err = core::DataError>
+void write_attr_string(hid_t loc, const std::string& name, const std::string& value, const std::string& file,
+                       StrKind kind = StrKind::FixedUtf8, Wording w = Wording::Data) {
+  detail::write_attr_string(loc, name, value, file, kind, w, &raise<Err>);
+}
+/// Attribute of n values of `type` (the file and memory type, e.g.
+/// H5T_NATIVE_INT64): a scalar when `scalar` (n must be 1), else 1-D [n].
+template <class Err = core::DataError>
+void write_attr(hid_t loc, const std::string& name, hid_t type, const void* values, hsize_t n, bool scalar,
+                const std::string& file, Wording w = Wording::Data) {
+  detail::write_attr(loc, name, type, values, n, scalar, file, w, &raise<Err>);
+}
+/// Scalar int64 attribute.
+template <class Err = core::DataError>
+void write_attr_i64(hid_t loc, const std::string& name, std::int64_t value, const std::string& file,
+                    Wording w = Wording::Data) {
+  detail::write_attr(loc, name, H5T_NATIVE_INT64, &value, 1, true, file, w, &raise<Err>);
+}
 /// Reads a scalar string attribute (fixed or variable length).
-std::string read_attr_string(hid_t loc, const std::string& name, const std::string& file);
-/// Reads a scalar integer attribute of any integer type.
-std::int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file);
+template <class Err = core::DataError>
+std::string read_attr_string(hid_t loc, const std::string& name, const std::string& file,
+                             Wording w = Wording::Data) {
+  return detail::read_attr_string(loc, name, file, w, &raise<Err>);
+}
+/// Reads an integer attribute of any integer type and >= 1 elements.
+template <class Err = core::DataError>
+std::vector<std::int64_t> read_attr_i64s(hid_t loc, const std::string& name, const std::string& file,
+                                         Wording w = Wording::Data) {
+  return detail::read_attr_i64s(loc, name, file, w, &raise<Err>);
+}
+/// Reads a scalar integer attribute of any integer type (Wording::Checkpoint:
+/// the first element of an integer array).
+template <class Err = core::DataError>
+std::int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file,
+                           Wording w = Wording::Data) {
+  return detail::read_attr_i64(loc, name, file, w, &raise<Err>);
+}
+
+// --- datasets ---
+/// Reads a whole 1-D integer dataset as uint64 (e.g. /doc_offsets).
+/// Throws Err if it is missing, not 1-D or unreadable.
+template <class Err = core::DataError>
+std::vector<std::uint64_t> read_1d_u64(hid_t loc, const std::string& name, const std::string& file) {
+  return detail::read_1d_u64(loc, name, file, &raise<Err>);
+}
 
 }  // namespace wlb::data::h5

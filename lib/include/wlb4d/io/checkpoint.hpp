@@ -1,8 +1,8 @@
 #pragma once
 /// \file checkpoint.hpp
 /// \brief Layout-independent HDF5 checkpoints (DESIGN §3 "layout-independent
-/// checkpoints", §7; reference/hpc-conventions.md §5): one file per
-/// checkpoint, written collectively with MPI-IO, every tensor at its global
+/// checkpoints", §7): one file per
+/// checkpoint, written collectively with MPI-IO by the writer ranks, every tensor at its global
 /// shape, readable by any (dp, pp, cp, tp) layout.
 ///
 /// ## File layout (format "wlb4d-checkpoint", format_version 1)
@@ -47,8 +47,9 @@
 /// `latest.tmp` and renamed.
 ///
 /// ## Atomic commit
-/// Every rank writes `step_NNNNNN.h5.tmp` collectively; H5Fflush + H5Fclose
-/// (collective) + barrier; rank 0 renames it to `step_NNNNNN.h5`, fsyncs DIR,
+/// The writer ranks (below) write `step_NNNNNN.h5.tmp` collectively over their
+/// own communicator; H5Fflush + H5Fclose (collective over the writers) +
+/// barrier of the world; rank 0 renames it to `step_NNNNNN.h5`, fsyncs DIR,
 /// then rewrites `latest` and deletes checkpoints beyond the newest `keep`
 /// (those listed in the old `latest`, and `step_*.h5` files found in DIR with
 /// a smaller step that are not retained). Resume reads only `latest`, so a
@@ -56,12 +57,15 @@
 /// successful save removes stale `.tmp` files.
 ///
 /// ## Writers and readers
-/// Every rank creates every dataset in the same order (the full model's
-/// parameter list, including stages it does not hold), and every write is a
-/// collective H5Dwrite (H5FD_MPIO_COLLECTIVE; required for filtered datasets):
-/// exactly one rank writes each element — the rank with dp = 0, cp = 0 for
-/// TP-sharded tensors, additionally tp = 0 for TP-replicated ones; every
-/// other rank selects none. Reading: each rank reads the hyperslab its
+/// Writers: the ranks that own a shard (dp = 0, cp = 0 for TP-sharded
+/// tensors, additionally tp = 0 for TP-replicated ones) plus world rank 0.
+/// Only they open the file (MPI-IO over a communicator split off the world,
+/// comm::Communicator::split); DP/CP replicas skip HDF5's blocking collectives
+/// and wait politely for the agreed result. Every writer creates every
+/// dataset in the same order (the full model's parameter list, including
+/// stages it does not hold), and every write is a collective H5Dwrite
+/// (H5FD_MPIO_COLLECTIVE; required for filtered datasets): exactly one rank
+/// writes each element; the other writers select none. Reading: each rank reads the hyperslab its
 /// CURRENT layout holds (independent reads, so a checksum failure on one
 /// rank cannot desynchronise a collective), and all ranks agree on success
 /// by an all-reduce before anyone returns. Hence a checkpoint written by any

@@ -57,7 +57,7 @@ struct TimingRecord {
   std::int64_t local_tokens = 0;  ///< tokens this rank processed in the step
   double gflops = 0;          ///< achieved model GFLOP/s of the step (whole job)
   double attn_imbalance = 1;  ///< max/mean Σd² over micro-batches
-  double latency_imbalance = 1;  ///< reference/wlb-llm.md §1.4
+  double latency_imbalance = 1;  ///< max × pp / total latency, docs/wlb-llm.md §1.4 (WLB-LLM §3.1)
   double cp_imbalance = 1;    ///< max/mean attention work over CP ranks
   double delay_mean = 0;      ///< mean outlier delay (steps) of documents trained this step
   double delay_max = 0;       ///< max outlier delay (steps)

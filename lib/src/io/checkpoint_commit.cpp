@@ -1,0 +1,225 @@
+// Checkpoint file-system layer (checkpoint.hpp): directories, fsync,
+// tmp+rename commit, the `latest` list, retention, listing and the choice of
+// the checkpoint to resume from.
+#include "checkpoint_detail.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace wlb::io {
+
+namespace ckpt {
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool is_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void mkdirs(const std::string& dir) {
+  std::string cur;
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    cur = dir.substr(0, pos);
+    if (cur.empty() || is_dir(cur)) continue;
+    if (::mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST)
+      throw CheckpointError("checkpoint.dir='" + dir + "': cannot create directory " + cur + ": " +
+                            std::strerror(errno));
+  }
+}
+
+namespace {
+void fsync_path(const std::string& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw CheckpointError("cannot open " + p + " to fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0 && e != EINVAL) throw CheckpointError("fsync of " + p + " failed: " + std::strerror(e));
+}
+
+}  // namespace
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+namespace {
+std::vector<std::string> read_latest_names(const std::string& dir) {
+  std::ifstream in(join_path(dir, "latest"));
+  std::vector<std::string> names;
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) names.push_back(line);
+  }
+  return names;
+}
+
+/// step of "step_NNNNNN.h5" (suffix ".h5" or ".h5.tmp" per `tmp`), -1 otherwise.
+std::int64_t parse_step_name(const std::string& name, bool tmp) {
+  const std::string pre = "step_", suf = tmp ? ".h5.tmp" : ".h5";
+  if (name.size() <= pre.size() + suf.size() || name.compare(0, pre.size(), pre) != 0 ||
+      name.compare(name.size() - suf.size(), suf.size(), suf) != 0)
+    return -1;
+  const std::string digits = name.substr(pre.size(), name.size() - pre.size() - suf.size());
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+std::string base_name(const std::string& p) {
+  const auto s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+}  // namespace
+
+/// Rank 0's commit: rename tmp -> final, fsync, rewrite `latest`, retention.
+void commit(const std::string& dir, const std::string& tmp, const std::string& final_path, std::int64_t step,
+            int keep) {
+  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+    throw CheckpointError("cannot rename " + tmp + " to " + final_path + ": " + std::strerror(errno));
+  fsync_path(dir, true);
+  const std::string me = base_name(final_path);
+  std::vector<std::string> names{me};
+  for (const auto& n : read_latest_names(dir))
+    if (n != me && std::find(names.begin(), names.end(), n) == names.end() && is_file(join_path(dir, n)))
+      names.push_back(n);
+  const std::size_t k = std::size_t(std::max(keep, 1));
+  std::vector<std::string> drop;
+  if (names.size() > k) {
+    drop.assign(names.begin() + std::ptrdiff_t(k), names.end());
+    names.resize(k);
+  }
+  const std::string latest = join_path(dir, "latest"), latest_tmp = latest + ".tmp";
+  {
+    std::ofstream out(latest_tmp, std::ios::trunc);
+    for (const auto& n : names) out << n << '\n';
+    out.flush();
+    if (!out) throw CheckpointError("cannot write " + latest_tmp);
+  }
+  fsync_path(latest_tmp, false);
+  if (std::rename(latest_tmp.c_str(), latest.c_str()) != 0)
+    throw CheckpointError("cannot rename " + latest_tmp + " to " + latest + ": " + std::strerror(errno));
+  fsync_path(dir, true);
+  // Retention: listed checkpoints beyond `keep`, older step files found in DIR
+  // that are not retained, and stale .tmp leftovers of crashed writes.
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      const std::int64_t s = parse_step_name(n, false);
+      if (s >= 0 && s < step && std::find(names.begin(), names.end(), n) == names.end()) drop.push_back(n);
+      if (parse_step_name(n, true) >= 0) drop.push_back(n);
+    }
+    ::closedir(d);
+  }
+  for (const auto& n : drop) {
+    if (std::find(names.begin(), names.end(), n) != names.end()) continue;
+    const std::string p = join_path(dir, n);
+    if (std::remove(p.c_str()) != 0 && errno != ENOENT)
+      spdlog::warn("checkpoint retention: cannot remove {}: {}", p, std::strerror(errno));
+  }
+}
+
+namespace {
+/// Rank 0's choice of resume candidates: 0 fresh start, 1 candidates in
+/// *text (auto, newest first, one per line), 2 one explicit file in *text,
+/// 3 error message in *text.
+std::int64_t resume_candidates(const std::string& dir, const std::string& mode, std::string* out) {
+  std::int64_t code = 0;
+  std::string& text = *out;
+  const bool is_auto = mode == "auto";
+  const std::string d = is_auto ? dir : mode;
+  if (!is_auto && is_file(mode)) {
+    code = 2;
+    text = mode;
+  } else if (!is_auto && !is_dir(mode)) {
+    code = 3;
+    text = "checkpoint.resume='" + mode + "': no such checkpoint file or directory";
+  } else if (!is_file(join_path(d, "latest"))) {
+    code = is_auto ? 0 : 3;
+    text = "checkpoint.resume='" + mode + "': directory has no 'latest' file (no complete checkpoint)";
+  } else {
+    code = 1;
+    for (const auto& p : list_checkpoints(d)) text += p + "\n";
+    if (text.empty()) {
+      code = 3;
+      text = "checkpoint directory " + d + ": 'latest' lists no checkpoint";
+    }
+  }
+  return code;
+}
+}  // namespace
+
+}  // namespace ckpt
+
+using namespace ckpt;
+
+std::string checkpoint_path(const std::string& dir, std::int64_t step) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "step_%06lld.h5", static_cast<long long>(step));
+  return join_path(dir, buf);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& n : ckpt::read_latest_names(dir)) out.push_back(join_path(dir, n));
+  return out;
+}
+
+std::optional<std::string> resolve_resume(const std::string& dir, const std::string& mode,
+                                          const comm::Communicator& world, std::vector<std::string>* skipped) {
+  if (mode == "never") return std::nullopt;
+  // Rank 0 decides the candidates: code 0 fresh start, 1 candidates (auto),
+  // 2 one explicit file, 3 error.
+  std::int64_t code = 0;
+  std::string text;
+  if (world.rank() == 0) code = resume_candidates(dir, mode, &text);
+  world.broadcast(&code, 1, 0);
+  text = comm::bcast_string(world, text, 0);
+  if (code == 0) return std::nullopt;
+  if (code == 3) throw CheckpointError(text);
+  if (code == 2) {
+    verify_checkpoint(text, world);
+    return text;
+  }
+  const auto cands = split_lines(text);
+  std::vector<std::string> reasons;
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    try {
+      verify_checkpoint(cands[i], world);
+      return cands[i];
+    } catch (const CheckpointError& e) {
+      reasons.push_back(e.what());
+      if (skipped) skipped->push_back(e.what());
+      if (world.rank() == 0) {
+        if (i + 1 < cands.size())
+          spdlog::warn("checkpoint {} is unusable ({}); falling back to the previous checkpoint {}", cands[i],
+                       e.what(), cands[i + 1]);
+        else
+          spdlog::warn("checkpoint {} is unusable ({}); no older checkpoint is listed", cands[i], e.what());
+      }
+    }
+  }
+  std::string msg = "no usable checkpoint among the " + std::to_string(cands.size()) +
+                    " listed in " + join_path(mode == "auto" ? dir : mode, "latest") + ":";
+  for (const auto& r : reasons) msg += "\n  " + r;
+  throw CheckpointError(msg);
+}
+
+}  // namespace wlb::io

@@ -1,0 +1,113 @@
+#pragma once
+// Internal to lib/src/io: what the checkpoint files share.
+//   checkpoint_format.cpp  HDF5 layout: datasets, attributes, chunking, /state, info
+//   checkpoint_commit.cpp  file system: mkdirs, fsync, tmp+rename commit, `latest`,
+//                          retention, listing, resolve_resume
+//   checkpoint.cpp         save / load / verify orchestration (collective)
+// HDF5 plumbing is the shared layer wlb4d/data/h5util.hpp; errors are
+// core::CheckpointError("checkpoint <path>: <what>").
+
+#include "wlb4d/io/checkpoint.hpp"
+
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/data/h5util.hpp"
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace wlb::io::ckpt {
+
+using core::CheckpointError;
+using H = data::h5::Handle;
+namespace h5 = data::h5;
+
+// ---- messages -------------------------------------------------------------------------
+
+/// How checkpoint messages name the file: "checkpoint <path>".
+inline std::string where(const std::string& path) { return "checkpoint " + path; }
+inline std::string prefix(const std::string& path) { return where(path) + ": "; }
+[[noreturn]] inline void fail(const std::string& path, const std::string& what) {
+  throw CheckpointError(prefix(path) + what);
+}
+/// h5::check / check_status with checkpoint errors.
+inline hid_t need(hid_t id, const std::string& path, const std::string& what) {
+  return h5::check<CheckpointError>(id, where(path), what);
+}
+inline void need_ok(herr_t st, const std::string& path, const std::string& what) {
+  h5::check_status<CheckpointError>(st, where(path), what);
+}
+
+std::vector<std::string> split_lines(const std::string& s);
+
+// ---- layout (checkpoint_format.cpp) ----------------------------------------------------
+
+/// Dataset prefixes of the three kinds of every tensor: value, Adam m, Adam v.
+extern const char* const kKinds[3];
+/// /state datasets, in order; kStateNames[kSeedState] is uint64, the rest int64.
+extern const char* const kStateNames[];
+constexpr int kNumState = 6;
+constexpr int kSeedState = 4;
+constexpr int kPackerState = 5;
+/// Groups created in a new file, parents first.
+extern const char* const kGroups[5];
+
+std::int64_t numel(const std::vector<std::int64_t>& s);
+/// Chunk dims: finest TP shard along shard_dim, whole extent elsewhere,
+/// dimension 0 (then 1) cut to <= 64 MiB. Same on every rank.
+std::vector<hsize_t> chunk_dims(const std::vector<std::int64_t>& g, int shard_dim, int tp);
+std::string tensor_list_text(const std::vector<TensorRef>& t);
+std::string model_string(const core::ModelConfig& m, std::int64_t vocab);
+
+/// Root attributes of a new checkpoint. \throws CheckpointError naming `path`.
+void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid& grid,
+                      const std::vector<TensorRef>& tensors, const TrainState& state, const CheckpointInfo& info);
+/// Creates a chunked, Fletcher32 float dataset of global shape g (H5I_INVALID_HID on failure).
+hid_t create_f32(hid_t file, const std::string& name, const std::vector<std::int64_t>& g,
+                 const std::vector<hsize_t>& chunk);
+/// Creates a 1-D int64/uint64 /state dataset of n elements (n may be 0:
+/// extendible), chunked + Fletcher32 (H5I_INVALID_HID on failure).
+hid_t create_state(hid_t file, const char* name, hid_t type, hsize_t n);
+/// Collective write: `buf` null (or an empty count) selects none.
+herr_t write_part(hid_t ds, hid_t mem_type, const std::vector<std::int64_t>& start,
+                  const std::vector<std::int64_t>& count, const void* buf, hid_t dxpl);
+/// The value of /state dataset k in `state` (its element count in *n).
+const void* state_buffer(const TrainState& state, int k, const std::int64_t scalars[4], hsize_t* n);
+
+/// Opens a dataset and returns its dims. \throws CheckpointError.
+H open_dataset(hid_t file, const std::string& name, const std::string& path, std::vector<std::int64_t>* dims);
+void require_class(hid_t ds, H5T_class_t cls, const std::string& name, const std::string& path);
+/// Reads the hyperslab [start, start+count) of ds into buf.
+void read_part(hid_t ds, hid_t mem_type, const std::vector<std::int64_t>& start,
+               const std::vector<std::int64_t>& count, void* buf, hid_t dxpl, const std::string& name,
+               const std::string& path);
+/// Reads a whole float dataset block by block (rows along dim 0), calling f
+/// on every block; checksums are verified by HDF5 on the way.
+void scan_f32(hid_t file, const std::string& name, const std::string& path,
+              const std::function<void(const float*, std::size_t)>& f, std::vector<std::int64_t>* shape);
+std::vector<std::int64_t> read_state_vec(hid_t file, const char* name, hid_t mem_type, const std::string& path,
+                                         hid_t dxpl = H5P_DEFAULT);
+TrainState read_state(hid_t file, const std::string& path, hid_t dxpl);
+/// Opens a file serially (read-only, sec2 driver) after checking it exists and is HDF5.
+H open_serial(const std::string& path);
+/// Reads and checks the root attributes (format, version, deck, layout, model, tensors).
+CheckpointInfo read_info(hid_t f, const std::string& path);
+/// Verifies datasets i with i % size == rank of the file (tensors x 3 kinds,
+/// then /state). Returns "" or the first error message.
+std::string verify_part(const std::string& path, int rank, int size, const std::vector<std::string>& names);
+
+// ---- file system (checkpoint_commit.cpp) -----------------------------------------------
+
+bool is_dir(const std::string& p);
+bool is_file(const std::string& p);
+/// mkdir -p. \throws CheckpointError naming checkpoint.dir.
+void mkdirs(const std::string& dir);
+std::string join_path(const std::string& dir, const std::string& name);
+/// Rank 0's commit: rename tmp -> final, fsync, rewrite `latest`, retention.
+void commit(const std::string& dir, const std::string& tmp, const std::string& final_path, std::int64_t step,
+            int keep);
+
+}  // namespace wlb::io::ckpt
