@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <utility>
 
+#include <unistd.h>
+
 namespace wlb::io {
 
 using namespace ckpt;
@@ -90,7 +92,10 @@ struct CollectiveWrite {
   std::vector<H> groups;
 
   bool step_ok(bool ok, const std::string& what) {
-    if (!ok && err.empty()) err = prefix(tmp) + what + h5::reason();
+    if (!ok && err.empty()) {
+      const auto slash = tmp.find_last_of('/');
+      err = prefix(tmp) + what + h5::reason() + space_note(slash == std::string::npos ? "." : tmp.substr(0, slash));
+    }
     return wc.allreduce_value(int(err.empty()), comm::ReduceOp::Min) == 1;
   }
 
@@ -99,6 +104,12 @@ struct CollectiveWrite {
     H5Pset_fapl_mpio(fapl.get(), wc.mpi(), MPI_INFO_NULL);  // MPI-IO needs the raw communicator
     H5Pset_all_coll_metadata_ops(fapl.get(), 1);
     H5Pset_coll_metadata_write(fapl.get(), 1);
+    // File format of HDF5 1.8 or later: superblock v2 and v2 object headers
+    // carry checksums, so a flipped bit in the file's metadata is detected on
+    // open instead of silently changing what is read (the v0 superblock and v1
+    // headers of the earliest format have none; only chunk data had
+    // Fletcher32).
+    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
     dxpl = H(H5Pcreate(H5P_DATASET_XFER));
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
     file = H(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
@@ -180,6 +191,10 @@ struct CollectiveWrite {
   /// Flush (if all went well) and the collective close.
   void finish(bool good) {
     if (good) step_ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "H5Fflush failed");
+    // A failed write (typically a full disk) is discarded: empty the file
+    // first, so that HDF5's closing metadata flush has room and the close
+    // completes (a half-closed file crashes HDF5's clean-up at MPI_Finalize).
+    if (!good && file.valid() && wc.rank() == 0) (void)::truncate(tmp.c_str(), 0);
     groups.clear();
     if (file.valid()) {
       const bool closed = file.reset();  // collective
@@ -223,6 +238,16 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
   return s.empty() ? "[]" : s;
 }
 
+std::uint64_t checkpoint_bytes_estimate(const std::vector<TensorRef>& tensors) {
+  std::uint64_t b = 1u << 20;
+  for (const auto& t : tensors) b += 3 * (std::uint64_t(numel(t.global_shape)) * sizeof(float) + 4096);
+  return b;
+}
+
+void check_checkpoint_dir(const std::string& dir, const comm::Communicator& world, std::uint64_t bytes) {
+  on_rank0_agreed(world, "", [&] { check_dir_for_checkpoints(dir, bytes); });
+}
+
 std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::ProcessGrid& grid,
                             const std::vector<TensorRef>& tensors, const TrainState& state,
                             const CheckpointInfo& info) {
@@ -232,8 +257,11 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   h5::Quiet quiet;
   // 1. Arguments: same tensor list everywhere, writers cover every element once.
   check_arguments(w, tensors, tmp);
-  // 2. Directory (rank 0), agreed.
-  on_rank0_agreed(w, "", [&] { mkdirs(cc.dir); });
+  // 2. Directory and free space (rank 0), agreed: HDF5 running out of space
+  //    inside a collective dataset creation deadlocks the writers, so a
+  //    checkpoint that cannot fit is refused before the file exists.
+  const std::uint64_t bytes = checkpoint_bytes_estimate(tensors);
+  on_rank0_agreed(w, "", [&] { check_dir_for_checkpoints(cc.dir, bytes); });
   // 3. The file, written by the writer ranks; errors agreed by everyone.
   std::string err = write_file(grid, tensors, state, info, tmp);
   w.barrier();
@@ -417,6 +445,13 @@ TrainState read_train_state(const std::string& path) {
   H f = open_serial(path);
   read_info(f.get(), path);
   return read_state(f.get(), path, H5P_DEFAULT);
+}
+
+std::string checkpoint_model_mismatch(const std::string& path, const core::ModelConfig& model, std::int64_t vocab) {
+  const CheckpointInfo info = read_checkpoint_info(path);
+  if (same_model(info, model, vocab)) return "";
+  return prefix(path) + "was written for another model (checkpoint model: " + model_string(info.model, info.vocab) +
+         "; the deck's model: " + model_string(model, vocab) + ")";
 }
 
 }  // namespace wlb::io

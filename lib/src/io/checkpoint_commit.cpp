@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,34 @@ void mkdirs(const std::string& dir) {
       throw CheckpointError("checkpoint.dir='" + dir + "': cannot create directory " + cur + ": " +
                             std::strerror(errno));
   }
+}
+
+std::uint64_t free_bytes(const std::string& dir) {
+  struct statvfs sv {};
+  if (::statvfs(dir.c_str(), &sv) != 0) return UINT64_MAX;  // unknown: do not refuse
+  return std::uint64_t(sv.f_bavail) * std::uint64_t(sv.f_frsize);
+}
+
+std::string space_note(const std::string& dir) {
+  const std::uint64_t f = free_bytes(dir);
+  if (f == UINT64_MAX) return "";
+  return " (" + std::to_string(f >> 10) + " KiB free in " + dir + (f < (1u << 20) ? ": no space left on device)" : ")");
+}
+
+void check_dir_for_checkpoints(const std::string& dir, std::uint64_t bytes) {
+  mkdirs(dir);
+  // Writable? Create and remove a probe file (access(W_OK) misses read-only mounts' EROFS on some systems).
+  const std::string probe = join_path(dir, ".wlb4d-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0)
+    throw CheckpointError("checkpoint.dir='" + dir + "' is not writable: " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  const std::uint64_t f = free_bytes(dir);
+  if (f != UINT64_MAX && f < bytes)
+    throw CheckpointError("checkpoint.dir='" + dir + "': no space left on device for a checkpoint: it needs about " +
+                          std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB, the file system has " +
+                          std::to_string(f >> 20) + " MiB (" + std::to_string(f >> 10) + " KiB) free");
 }
 
 namespace {
@@ -183,7 +212,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 std::optional<std::string> resolve_resume(const std::string& dir, const std::string& mode,
-                                          const comm::Communicator& world, std::vector<std::string>* skipped) {
+                                          const comm::Communicator& world, std::vector<std::string>* skipped,
+                                          const std::function<std::string(const std::string&)>& usable) {
   if (mode == "never") return std::nullopt;
   // Rank 0 decides the candidates: code 0 fresh start, 1 candidates (auto),
   // 2 one explicit file, 3 error.
@@ -203,6 +233,16 @@ std::optional<std::string> resolve_resume(const std::string& dir, const std::str
   for (std::size_t i = 0; i < cands.size(); ++i) {
     try {
       verify_checkpoint(cands[i], world);
+      if (usable) {
+        std::string why;
+        try {
+          why = usable(cands[i]);
+        } catch (const CheckpointError& e) {
+          why = e.what();
+        }
+        why = comm::agree(world, why);
+        if (!why.empty()) throw CheckpointError(why);
+      }
       return cands[i];
     } catch (const CheckpointError& e) {
       reasons.push_back(e.what());

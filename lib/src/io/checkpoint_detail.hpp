@@ -105,6 +105,15 @@ bool is_dir(const std::string& p);
 bool is_file(const std::string& p);
 /// mkdir -p. \throws CheckpointError naming checkpoint.dir.
 void mkdirs(const std::string& dir);
+/// Free bytes for an unprivileged writer in dir's file system (statvfs
+/// f_bavail · f_frsize); UINT64_MAX when unknown.
+std::uint64_t free_bytes(const std::string& dir);
+/// " (N KiB free in DIR[: no space left on device])", or "" when unknown:
+/// appended to a failed write's message so it names the cause.
+std::string space_note(const std::string& dir);
+/// mkdir -p, a probe file created and removed, and at least `bytes` free.
+/// \throws CheckpointError naming checkpoint.dir and the cause.
+void check_dir_for_checkpoints(const std::string& dir, std::uint64_t bytes);
 std::string join_path(const std::string& dir, const std::string& name);
 /// Rank 0's commit: rename tmp -> final, fsync, rewrite `latest`, retention.
 void commit(const std::string& dir, const std::string& tmp, const std::string& final_path, std::int64_t step,

@@ -137,6 +137,9 @@ struct Trainer::Impl {
     opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs);
     const std::vector<const model::ParamRegistry<float>*> cregs(regs.begin(), regs.end());
     ckpt = std::make_unique<io::ModelCheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq());  // collective over pp
+    const auto& ck = c.checkpoint;
+    if (ck.every > 0 || ck.every_minutes > 0 || ck.at_end)  // fail now, not at the first checkpoint
+      io::check_checkpoint_dir(ck.dir, g.world(), io::checkpoint_bytes_estimate(ckpt->tensors()));
     last_ckpt_time = now();
   }
 
@@ -309,7 +312,11 @@ struct Trainer::Impl {
 
   /// checkpoint.resume: values, moments, step, tokens, stream and packer state (collective).
   void resume() {
-    const auto path = io::resolve_resume(cfg.checkpoint.dir, cfg.checkpoint.resume, grid.world());
+    // A newest checkpoint written for another model is skipped like a corrupt one (resume=auto).
+    const auto path = io::resolve_resume(cfg.checkpoint.dir, cfg.checkpoint.resume, grid.world(), nullptr,
+                                         [&](const std::string& p) {
+                                           return io::checkpoint_model_mismatch(p, cfg.model, vocab);
+                                         });
     if (!path) return;
     const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
     ckpt->push();

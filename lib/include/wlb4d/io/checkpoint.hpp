@@ -87,6 +87,7 @@
 #include "wlb4d/grid/process_grid.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -155,6 +156,20 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step);
 ///         every element exactly once (counted), the directory or file cannot
 ///         be created, an HDF5 call fails, or the rename/`latest` update
 ///         fails; the .tmp file is removed then.
+/// Bytes a checkpoint of `tensors` takes on disk, about: value, m and v of
+/// every element (float32) plus HDF5 metadata (4 KiB per dataset) and 1 MiB
+/// for the deck, /state and the file's own structures. Same on every rank.
+std::uint64_t checkpoint_bytes_estimate(const std::vector<TensorRef>& tensors);
+
+/// Start-up check of checkpoint.dir (collective over `world`; rank 0 looks):
+/// it exists or can be created, a file can be created in it, and its file
+/// system has at least `bytes` free — so a read-only or nearly full directory
+/// fails before training, not at the first checkpoint.
+/// \throws core::CheckpointError on every rank, naming checkpoint.dir and the
+///         cause ("is not writable: Read-only file system", "no space left on
+///         device for a checkpoint: it needs about N MiB, ... has M MiB free").
+void check_checkpoint_dir(const std::string& dir, const comm::Communicator& world, std::uint64_t bytes);
+
 std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::ProcessGrid& grid,
                             const std::vector<TensorRef>& tensors, const TrainState& state,
                             const CheckpointInfo& info);
@@ -221,14 +236,24 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 ///                     logs a warning "checkpoint A is unusable (...); falling
 ///                     back to the previous checkpoint B") and appended to
 ///                     *skipped when given.
+///                     A checkpoint that verifies but for which `usable`
+///                     (if given; called on every rank with the path)
+///                     returns a reason — e.g. its model differs from the
+///                     deck's — is skipped the same way.
 ///   <file path>    -> that file after verification (no fallback).
 ///   <directory>    -> as "auto" in that directory, but a missing `latest` is an error.
 /// All ranks return the same answer (rank 0 reads `latest` and broadcasts).
 /// \throws core::CheckpointError when an explicitly named file/directory is
 ///         missing or fails verification, or when `latest` exists but no
 ///         listed checkpoint is usable (every reason named).
+/// "" when the checkpoint at `path` was written for this model and
+/// (padded) vocabulary, else the reason naming both models. Serial read.
+/// \throws core::CheckpointError if the file cannot be read.
+std::string checkpoint_model_mismatch(const std::string& path, const core::ModelConfig& model, std::int64_t vocab);
+
 std::optional<std::string> resolve_resume(const std::string& dir, const std::string& mode,
                                           const comm::Communicator& world,
-                                          std::vector<std::string>* skipped = nullptr);
+                                          std::vector<std::string>* skipped = nullptr,
+                                          const std::function<std::string(const std::string&)>& usable = {});
 
 }  // namespace wlb::io

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# checkpoint_fs_test.sh SCENARIO MPIEXEC WLB4D WLB4D_PREP WLB4D_CKPT SOURCE_DIR
+# Checkpoints on a file system that cannot take them (issue [N]): a small
+# tmpfs (full disk) and a read-only tmpfs, 2 ranks (tp=2: two writer ranks).
+#   full:      4 MiB tmpfs: the step-5 checkpoint fits, the step-10 one does
+#              not; every rank says "no space left on device", the job exits
+#              non-zero within the timeout, no .tmp is left, `latest` still
+#              names step 5 and that checkpoint verifies.
+#   readonly:  read-only checkpoint.dir: refused at start-up (before step 1)
+#              on every rank with "is not writable".
+# Needs root (mount); exits 77 (ctest: skipped) where tmpfs cannot be mounted.
+set -u
+scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 ckpt=$5 src=$6
+work=$(mktemp -d /tmp/wlb4d-fs-XXXXXX)
+mnt=$work/mnt
+mkdir -p "$mnt"
+opts="size=4m"
+[ "$scenario" = readonly ] && opts="ro,size=1m"
+if ! mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
+  echo "checkpoint_fs_test: cannot mount a tmpfs here (needs root): skipped"; rm -rf "$work"; exit 77
+fi
+cleanup() { umount "$mnt" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+cd "$work"
+"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
+dir=$mnt/ck
+[ "$scenario" = readonly ] && dir=$mnt
+out=$(timeout -s KILL 120 "$mpiexec" -n 2 "$wlb4d" "$src/inputs/ci-tiny.ini" --parallel.tp=2 --train.steps=12 \
+      --checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir="$dir" 2>&1)
+rc=$?
+printf '%s\n' "$out"
+fail() { echo "checkpoint_fs_test ($scenario): $*"; exit 1; }
+[ "$rc" -eq 137 ] && fail "the job hung (killed after 120 s)"
+[ "$rc" -ne 0 ] || fail "the job exited 0"
+case "$scenario" in
+  full)
+    n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*no space left on device")
+    [ "$n" -ge 2 ] || fail "'no space left on device' from $n ranks, expected 2"
+    ls "$mnt/ck"/*.tmp > /dev/null 2>&1 && fail "a .tmp was left: $(ls "$mnt/ck")"
+    [ "$(head -1 "$mnt/ck/latest")" = step_000005.h5 ] || fail "latest is '$(cat "$mnt/ck/latest")'"
+    "$ckpt" verify "$mnt/ck/step_000005.h5" || fail "the step-5 checkpoint does not verify"
+    ;;
+  readonly)
+    n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*checkpoint.dir='$dir'.*not writable")
+    [ "$n" -ge 2 ] || fail "'not writable' from $n ranks, expected 2"
+    printf '%s\n' "$out" | grep -q "step *1/" && fail "training started before the check"
+    ;;
+esac
+echo "checkpoint_fs_test ($scenario): ok"
