@@ -130,10 +130,11 @@ struct Trainer::Impl {
         source(stream) {
     if (!c.data.val.empty()) val_ds.emplace(data::TokenDataset::open(c.data.val));
     vocab = model_vocab();
+    cfg.model.data_vocab = train_ds.vocab_size();  // padded rows (vocab > it) are masked out of the loss
     check_has_targets();
     cost = make_cost_model();
     packer = balance::make_packer(c, cost, wlb_length_sample());
-    exec = std::make_unique<pipeline::Executor>(c, g, vocab);
+    exec = std::make_unique<pipeline::Executor>(cfg, g, vocab);
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
     opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs);
@@ -150,7 +151,7 @@ struct Trainer::Impl {
         throw core::ConfigError("model.vocab_size=" + std::to_string(cfg.model.vocab_size) +
                                 " must be 0 or >= the vocabulary of data.train='" + cfg.data.train + "' (" +
                                 std::to_string(v) + ")");
-      v = cfg.model.vocab_size;  // padded rows are never targets; they only cost FLOPs
+      v = cfg.model.vocab_size;  // padded rows: never targets, masked out of the softmax (data_vocab)
     }
     if (val_ds && val_ds->vocab_size() != train_ds.vocab_size())
       throw core::DataError("data.val='" + cfg.data.val + "' has vocab_size " + std::to_string(val_ds->vocab_size()) +

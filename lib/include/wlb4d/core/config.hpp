@@ -37,6 +37,10 @@ struct ModelConfig {
   double norm_eps = 1e-5;     ///< RMSNorm epsilon
   double init_std = 0.02;     ///< std of the normal init of matrices
   int vocab_size = 0;         ///< 0: the dataset's; else padded size >= the dataset's (e.g. 50304)
+  /// Not a deck key: the dataset's vocabulary, set by the trainer. Logits of
+  /// ids >= it (the padding of vocab_size) are masked out of the softmax and
+  /// the loss (llm.c's convention). 0: every row is a real token.
+  int data_vocab = 0;
   int head_dim() const { return d_model / heads; }
   /// Parameters of one transformer layer used in matmuls (elements): Wq and Wo
   /// (d_model·heads·head_dim each), Wk and Wv (d_model·kv_heads·head_dim each),
