@@ -2,6 +2,7 @@
 //   wlb4d-ckpt inspect FILE   header, training state, tensors (global shape, L2 norm), deck text
 //   wlb4d-ckpt verify FILE    reads every dataset (Fletcher32 checked); exit 1 naming the bad one
 // Serial: the file is opened read-only with HDF5's default driver, no MPI run needed.
+#include "tool_version.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/io/checkpoint.hpp"
@@ -19,7 +20,7 @@ const char* const kUsage =
     "                                 training state, every tensor (global shape, L2 norm) and the deck\n"
     "       wlb4d-ckpt verify FILE    read every dataset so every Fletcher32 checksum is checked;\n"
     "                                 exit 0 if the checkpoint is intact, 1 naming the bad dataset\n"
-    "       wlb4d-ckpt --help\n"
+    "       wlb4d-ckpt --help | --version\n"
     "FILE is a checkpoint (e.g. checkpoints/step_000100.h5) or a checkpoint directory (its 'latest').\n";
 
 /// A directory stands for the newest checkpoint its `latest` names.
@@ -70,6 +71,10 @@ int verify(const std::string& path) {
 int main(int argc, char** argv) {
   if (argc == 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
     std::printf("wlb4d-ckpt %s (%s)\n%s", wlb::core::kVersion, wlb::core::kGitSha, kUsage);
+    return 0;
+  }
+  if (argc == 2 && !std::strcmp(argv[1], "--version")) {
+    std::printf("%s", tool_version("wlb4d-ckpt").c_str());
     return 0;
   }
   if (argc != 3 || (std::strcmp(argv[1], "inspect") != 0 && std::strcmp(argv[1], "verify") != 0)) {

@@ -4,6 +4,7 @@
 // (rank 0 does the work if launched under mpiexec).
 //
 //   wlb4d-plan DECK [--section.key=value ...] [--csv FILE]
+#include "tool_version.hpp"
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/pipeline/simulate.hpp"
 #include "wlb4d/core/config.hpp"
@@ -80,9 +81,19 @@ int main(int argc, char** argv) {
       }
     }
     if (world_rank() != 0) return 0;  // every rank checked the command line; rank 0 simulates
-    if (cl.help) {
-      std::printf("wlb4d-plan %s (%s)\nusage: wlb4d-plan DECK [--section.key=value ...] [--csv FILE]\n%s", kVersion,
-                  kGitSha, deck_help().c_str());
+    if (cl.help) {  // only the keys the planner reads
+      std::printf("wlb4d-plan %s (%s)\n%s", kVersion, kGitSha,
+                  deck_help("usage: wlb4d-plan DECK [--section.key=value ...] [--csv FILE] [--print-config] [--version]",
+                            {"model.layers", "model.d_model", "model.heads", "model.kv_heads", "model.ffn_hidden",
+                             "parallel.dp", "parallel.pp", "parallel.cp", "parallel.tp", "parallel.schedule",
+                             "parallel.virtual_stages", "train.micro_batches", "train.max_seq_len", "train.seed",
+                             "balance.max_tokens", "balance.max_delay", "balance.outlier_thresholds",
+                             "balance.calibrate", "balance.cost_", "plan."})
+                      .c_str());
+      return 0;
+    }
+    if (cl.version) {
+      std::printf("%s", tool_version("wlb4d-plan").c_str());
       return 0;
     }
     if (cl.print_config) {

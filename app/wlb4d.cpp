@@ -1,4 +1,5 @@
 // wlb4d — the training driver: MPI + Kokkos start-up, deck, process grid, Trainer.
+#include "tool_version.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/log.hpp"
@@ -11,6 +12,22 @@
 
 #include <cstdio>
 
+namespace {
+/// --check: the deck (already validated by the parser) and the layout for the
+/// rank count; reads nothing else (no dataset, no checkpoint). 0 or ConfigError.
+int check_only(const wlb::core::CommandLine& cl) {
+  using namespace wlb::core;
+  const int ranks = cl.check_ranks > 0 ? cl.check_ranks : world_size();
+  validate_world(cl.config, ranks);
+  const auto& p = cl.config.parallel;
+  if (world_rank() == 0)
+    std::printf("wlb4d --check: deck %s OK for %d ranks: dp=%d pp=%d cp=%d tp=%d (schedule %s, packer %s)\n",
+                cl.config.deck_path.empty() ? "(defaults)" : cl.config.deck_path.c_str(), ranks, p.dp, p.pp, p.cp,
+                p.tp, p.schedule.c_str(), cl.config.balance.packer.c_str());
+  return 0;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb;
@@ -20,11 +37,16 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("wlb4d %s (%s)\n%s", core::kVersion, core::kGitSha, core::deck_help().c_str());
       return 0;
     }
+    if (cl.version) {
+      if (rank == 0) std::printf("%s", tool_version("wlb4d").c_str());
+      return 0;
+    }
     if (!cl.extra.empty()) throw core::ConfigError("unknown command-line argument '" + cl.extra.front() + "'");
     if (cl.print_config) {
       if (rank == 0) std::printf("%s", core::to_ini(cl.config).c_str());
       return 0;
     }
+    if (cl.check) return check_only(cl);
     const core::Config& cfg = cl.config;
     core::validate_world(cfg, core::world_size());
     core::init_logging(rank, cfg.log.level);
@@ -32,6 +54,7 @@ int main(int argc, char** argv) {
     grid::ProcessGrid grid(p.dp, p.pp, p.cp, p.tp,
                            cfg.comm.wait == "block" ? comm::WaitMode::Block : comm::WaitMode::Yield);
     grid.use_backend(cfg.comm.backend);  // before the Trainer copies the communicators
+    comm::set_wait_timeout(cfg.comm.wait == "yield" ? cfg.comm.timeout_s : 0.0);
     spdlog::info("wlb4d {} ({}) | deck {} | {} ranks: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}"
                  " | kokkos {} | device collectives {}",
                  core::kVersion, core::kGitSha, cfg.deck_path.empty() ? "(defaults)" : cfg.deck_path,

@@ -107,7 +107,15 @@ void check_count_int(std::size_t count, const char* call, int rank, int size) {
 void Communicator::check_live(const char* what) const {
   if (comm_ == MPI_COMM_NULL)
     throw core::CommError(fmt::format("wlb::comm: {} called on a null communicator", what));
+  op_ = what;
 }
+
+namespace {
+std::atomic<double> g_wait_timeout{0.0};
+}  // namespace
+
+void set_wait_timeout(double seconds) { g_wait_timeout.store(seconds > 0 ? seconds : 0.0); }
+double wait_timeout() { return g_wait_timeout.load(); }
 
 // ---- construction ---------------------------------------------------------------
 
@@ -154,12 +162,18 @@ void Communicator::wait(MPI_Request& req, MPI_Status* status) const {
   int flag = 0;
   double t0 = -1;
   long sleep_ns = 20000;
+  const double timeout = wait_timeout();
   for (;;) {
     check_rc(MPI_Test(&req, &flag, status), "MPI_Test", rank_, size_);
     if (flag) return;
     sched_yield();  // give the core to an oversubscribed neighbour
     const double t = core::wall_seconds();
     if (t0 < 0) t0 = t;
+    if (timeout > 0 && t - t0 > timeout)
+      throw core::CommError(fmt::format(
+          "communication timeout: {} on the {} group (this rank is {} of {}) has not completed after {:.0f} s "
+          "(comm.timeout_s={:g}): another rank of the group stopped, crashed or is stuck",
+          op_, name_, rank_, size_, t - t0, timeout));
     if (t - t0 > kSpinSeconds) {
       timespec ts{0, sleep_ns};
       nanosleep(&ts, nullptr);

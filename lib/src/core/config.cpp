@@ -6,6 +6,10 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -25,9 +29,16 @@ template <class T> std::string show(const T& v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v ? "true" : "false";
   } else if constexpr (std::is_same_v<T, double>) {
-    std::ostringstream os;
-    os << std::setprecision(17) << v;   // round-trips through to_ini/parse
-    return os.str();
+    // The shortest text that parses back to the same double: 0.0003 as written
+    // in a deck, not 0.00029999999999999997 (still round-trips through to_ini).
+    std::string text;
+    for (int prec = 1; prec <= 17; ++prec) {
+      std::ostringstream os;
+      os << std::setprecision(prec) << v;
+      text = os.str();
+      if (!std::isfinite(v) || std::strtod(text.c_str(), nullptr) == v) break;
+    }
+    return text;
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v;
   } else {
@@ -63,6 +74,47 @@ template <class T> Rule<T> any() {
   return [](const T&) { return std::string(); };
 }
 
+// ---- strict value conversion ---------------------------------------------------
+// Boost reads bool and unsigned keys too leniently: an empty value is `true`
+// ("--checkpoint.at_end=") and "-1" wraps to 18446744073709551615. Those keys
+// are therefore read as text and converted here; every other type is Boost's.
+template <class T> struct DeckValue {
+  using Text = T;
+  static Text text(const T& v) { return v; }
+  static T parse(const Text& v, const std::string&) { return v; }
+};
+
+template <> struct DeckValue<bool> {
+  using Text = std::string;
+  static Text text(bool v) { return v ? "true" : "false"; }
+  static bool parse(const std::string& raw, const std::string& name) {
+    std::string v;
+    for (char ch : raw)
+      if (!std::isspace(static_cast<unsigned char>(ch))) v += char(std::tolower(static_cast<unsigned char>(ch)));
+    if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+    if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+    throw ConfigError("malformed value for " + name + ": '" + raw +
+                      "' must be true or false (or 1/0, yes/no, on/off); an empty value is not a bool");
+  }
+};
+
+template <> struct DeckValue<std::uint64_t> {
+  using Text = std::string;
+  static Text text(std::uint64_t v) { return std::to_string(v); }
+  static std::uint64_t parse(const std::string& raw, const std::string& name) {
+    const auto b = raw.find_first_not_of(" \t"), e = raw.find_last_not_of(" \t");
+    const std::string v = b == std::string::npos ? std::string() : raw.substr(b, e - b + 1);
+    const std::string rule = "' must be an unsigned integer in [0, 18446744073709551615]";
+    bool digits = !v.empty();
+    for (char ch : v) digits = digits && std::isdigit(static_cast<unsigned char>(ch));
+    if (!digits) throw ConfigError("malformed value for " + name + ": '" + raw + rule);
+    errno = 0;
+    const unsigned long long x = std::strtoull(v.c_str(), nullptr, 10);
+    if (errno == ERANGE) throw ConfigError("malformed value for " + name + ": '" + raw + rule);
+    return static_cast<std::uint64_t>(x);
+  }
+};
+
 // ---- the key table -----------------------------------------------------------
 struct KeySpec {
   std::string name;     // section.key
@@ -79,16 +131,22 @@ KeySpec make_key(const std::string& name, std::function<T&(Config&)> ref, const 
   KeySpec k;
   k.name = name;
   k.help = help;
+  using Text = typename DeckValue<T>::Text;
   k.add = [name, help, ref](po::options_description& od, const Config& defaults) {
     Config d = defaults;
-    od.add_options()(name.c_str(), po::value<T>()->default_value(ref(d), show(ref(d))), help.c_str());
+    od.add_options()(name.c_str(),
+                     po::value<Text>()->default_value(DeckValue<T>::text(ref(d)), show(ref(d))),
+                     help.c_str());
   };
   k.read = [name, ref](const po::variables_map& vm, Config& c) {
-    if (vm.count(name)) ref(c) = vm[name].as<T>();
+    if (vm.count(name)) ref(c) = DeckValue<T>::parse(vm[name].as<Text>(), name);
   };
   k.print = [ref](const Config& c) { return show(ref(const_cast<Config&>(c))); };
   k.check = [name, ref, rule](const Config& c) {
     const T& v = ref(const_cast<Config&>(c));
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(v)) throw ConfigError(name + "=" + show(v) + " must be a finite number (not inf or nan)");
+    }
     std::string r = rule(v);
     if (!r.empty()) throw ConfigError(name + "=" + show(v) + " " + r);
   };
@@ -210,6 +268,10 @@ const std::vector<KeySpec>& key_table() {
               one_of({"yield", "block"})),
       WLB_KEY(std::string, comm, backend, "collective backend: mpi | nccl (CUDA builds)",
               one_of({"mpi", "nccl"})),
+      WLB_KEY(double, comm, timeout_s,
+              "collective watchdog (seconds): a wait longer than this ends the job on every rank, naming the "
+              "operation and group (0: off; wait=yield only)",
+              at_least(0.0)),
       // [plan]
       WLB_KEY(std::string, plan, lengths, "wlb4d-plan: document lengths (JSON array file or HDF5 dataset)",
               any<std::string>()),
@@ -307,7 +369,9 @@ void collect_file(const std::string& shown, const std::string& includer, const s
 // relative to `dir`) and walks them, last first.
 void collect_text(const std::string& text, const std::string& where, const std::string& shown,
                   const fs::path& dir, IncludeWalk& walk) {
-  std::istringstream in(text);
+  // A UTF-8 byte-order mark (editors on Windows write one) is not part of the deck.
+  const std::string bom = "\xEF\xBB\xBF";
+  std::istringstream in(text.rfind(bom, 0) == 0 ? text.substr(bom.size()) : text);
   std::string line, body;
   std::vector<std::string> includes;
   bool in_section = false;
@@ -356,6 +420,9 @@ void collect_file(const std::string& shown, const std::string& includer, const s
     throw ConfigError("include cycle: " + cycle + "'" + shown +
                       "' (a deck may not include itself, directly or through other decks)");
   }
+  if (fs::is_directory(fs::path(shown), ec))
+    throw ConfigError("deck file '" + shown + "' is a directory: the deck must be an INI file" +
+                      (includer.empty() ? std::string() : " (included by '" + includer + "')"));
   std::ifstream in(shown);
   if (!in) {
     if (includer.empty())
@@ -406,6 +473,10 @@ void validate(const Config& c) {
                      p.virtual_stages, p.schedule));
   if (c.train.micro_batches % p.dp != 0)
     fail(fmt::format("parallel.dp={} must divide train.micro_batches={}", p.dp, c.train.micro_batches));
+  if (p.schedule == "interleaved" && p.virtual_stages > 1 && (c.train.micro_batches / p.dp) % p.pp != 0)
+    fail(fmt::format("parallel.pp={} must divide train.micro_batches/parallel.dp={} (parallel.schedule=interleaved "
+                     "with virtual_stages > 1; use 1f1b, gpipe or bfs, or change train.micro_batches)",
+                     p.pp, c.train.micro_batches / p.dp));
   if (c.optim.min_lr > c.optim.lr)
     fail(fmt::format("optim.min_lr={} must be <= optim.lr={}", c.optim.min_lr, c.optim.lr));
   if (c.balance.max_tokens != 0 && c.balance.max_tokens < c.train.max_seq_len)
@@ -449,6 +520,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   po::options_description general("General");
   general.add_options()("help,h", "print every deck key with its default, unit and rule")(
       "print-config", "print the resolved deck (INI) and exit")(
+      "version", "print the version, git hash, Kokkos, MPI and HDF5 versions and the build type")(
+      "check", "validate the deck and the layout for the rank count, then exit (0: OK, 2: deck error)")(
+      "check-ranks", po::value<int>(), "with --check: the rank count to check for (default: the MPI world size)")(
       "input,i", po::value<std::string>(), "deck file (INI); also the first positional argument");
   po::options_description all;
   all.add(general).add(od);
@@ -491,6 +565,13 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   }
   out.help = vm.count("help") > 0;
   out.print_config = vm.count("print-config") > 0;
+  out.version = vm.count("version") > 0;
+  out.check = vm.count("check") > 0 || vm.count("check-ranks") > 0;
+  if (vm.count("check-ranks")) {
+    out.check_ranks = vm["check-ranks"].as<int>();
+    if (out.check_ranks < 1)
+      throw ConfigError("--check-ranks=" + std::to_string(out.check_ranks) + " must be >= 1 (the rank count)");
+  }
   if (vm.count("input")) {
     const std::string path = vm["input"].as<std::string>();
     IncludeWalk walk;
@@ -506,7 +587,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   std::string deck_path = out.config.deck_path;
   out.config = from_vm(vm);
   out.config.deck_path = deck_path;
-  if (!out.help) validate(out.config);
+  if (!out.help && !out.version) validate(out.config);
   return out;
 }
 
@@ -523,15 +604,51 @@ std::string to_ini(const Config& c) {
   return out;
 }
 
+std::string layout_rules() {
+  return "  parallel.dp*pp*cp*tp = the number of MPI ranks (mpiexec -n, or --check-ranks N)\n"
+         "  model.heads divides model.d_model, and head_dim = d_model/heads is even (RoPE)\n"
+         "  model.kv_heads divides model.heads (GQA)\n"
+         "  parallel.tp divides model.heads, model.kv_heads and model.ffn_hidden\n"
+         "  parallel.pp*parallel.virtual_stages <= model.layers (every stage needs a layer)\n"
+         "  parallel.virtual_stages > 1 needs parallel.schedule = interleaved or bfs\n"
+         "  parallel.dp divides train.micro_batches\n"
+         "  parallel.schedule = interleaved with virtual_stages > 1: parallel.pp divides train.micro_batches/dp\n"
+         "  parallel.cp: any count (each sequence or document is cut in 2*cp chunks)\n"
+         "  the vocabulary may split unevenly over parallel.tp; model.vocab_size is 0 or >= the dataset's\n";
+}
+
+std::string deck_help(const std::string& usage, const std::vector<std::string>& key_prefixes) {
+  po::options_description od("Deck keys this tool reads ([section] key = value in the deck, or --section.key=value)");
+  Config defaults;
+  for (const auto& k : key_table()) {
+    for (const auto& pre : key_prefixes) {
+      if (k.name.rfind(pre, 0) == 0) {
+        k.add(od, defaults);
+        break;
+      }
+    }
+  }
+  std::ostringstream os;
+  os << usage << "\n" << od;
+  return os.str();
+}
+
 std::string deck_help() {
   std::ostringstream os;
-  os << "Usage: wlb4d DECK.ini [--section.key=value ...] [--print-config] [--help]\n\n"
+  os << "Usage: wlb4d DECK.ini [--section.key=value ...] [--print-config] [--check [--check-ranks N]]\n"
+     << "             [--version] [--help] [--kokkos-help]\n\n"
      << "Every key below can be set in the deck ([section] key = value) or\n"
      << "overridden on the command line (--section.key=value). Unknown keys are errors.\n"
      << "A deck may start (before any [section]) with lines 'include = base.ini' (relative\n"
      << "to the deck's folder; repeatable, nestable): the deck's keys override its includes'\n"
      << "(a later include overrides an earlier one), the command line overrides all.\n"
-     << "--print-config prints the resolved deck.\n\n";
+     << "--print-config prints the resolved deck. --check validates the deck and the layout\n"
+     << "for the MPI world size (or --check-ranks N, no mpiexec needed) and exits 0, or 2 with\n"
+     << "the error; it reads only the deck and its includes (no dataset, no checkpoint), so\n"
+     << "the dataset rules (model.vocab_size, token ids) are checked when the run starts.\n"
+     << "--version prints the versions of wlb4d and its libraries; --kokkos-help Kokkos' options.\n\n"
+     << "Layout rules (what must divide what):\n"
+     << layout_rules() << "\n";
   os << deck_options();
   return os.str();
 }

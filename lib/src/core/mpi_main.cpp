@@ -6,9 +6,11 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstring>
 #include <chrono>
 #include <exception>
 #include <thread>
+#include <vector>
 
 namespace wlb::core {
 
@@ -29,9 +31,27 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   const int rank = world_rank();
   int code = 0;
   bool abort_job = false;
-  Kokkos::initialize(argc, argv);
+  // Kokkos prints its own help for --help: keep --help/-h from it (ours comes
+  // first; Kokkos' help is under --kokkos-help, which prints it and exits 0).
+  bool our_help = false, kokkos_help = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))) {
+      our_help = true;
+      continue;
+    }
+    kokkos_help = kokkos_help || (i > 0 && !std::strcmp(argv[i], "--kokkos-help"));
+    args.push_back(argv[i]);
+  }
+  int kargc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  Kokkos::initialize(kargc, args.data());  // removes the --kokkos-* flags it knows
+  args.resize(static_cast<std::size_t>(kargc));
+  if (our_help) args.push_back(const_cast<char*>("--help"));
+  const int body_argc = static_cast<int>(args.size());
+  args.push_back(nullptr);
   try {
-    code = body(argc, argv);
+    if (!kokkos_help) code = body(body_argc, args.data());
   } catch (const ConfigError& e) {
     // Every rank parsed the same deck: all of them get here; exit together.
     std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, e.what());

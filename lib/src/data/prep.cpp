@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -28,6 +30,7 @@ po::options_description prep_options() {
   po::options_description o("wlb4d-prep options");
   o.add_options()
       ("help,h", "print this help")
+      ("version", "print the version, git hash, Kokkos, MPI and HDF5 versions and the build type")
       ("input,i", po::value<std::vector<std::string>>()->composing(),
        "corpus file or directory (repeatable): .jsonl, .jsonl.xz, .txt, .txt.xz")
       ("output,o", po::value<std::string>(), "training dataset to write (HDF5, e.g. train.h5)")
@@ -38,9 +41,40 @@ po::options_description prep_options() {
       ("val-fraction", po::value<double>()->default_value(0.0),
        "fraction of documents written to --val-output, in [0, 1)")
       ("val-output", po::value<std::string>(), "validation dataset to write (HDF5)")
-      ("seed", po::value<std::uint64_t>()->default_value(1234), "seed of the train/validation split")
+      ("seed", po::value<std::string>()->default_value("1234"),
+       "seed of the train/validation split (unsigned integer)")
       ("max-docs", po::value<std::int64_t>()->default_value(-1), "use only the first N documents (-1: all)");
   return o;
+}
+
+// --seed as text: Boost would wrap "-1" to 18446744073709551615.
+std::uint64_t parse_seed(const std::string& v) {
+  bool digits = !v.empty() && v.size() <= 20;
+  for (char ch : v) digits = digits && ch >= '0' && ch <= '9';
+  errno = 0;
+  const unsigned long long x = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
+  if (!digits || errno == ERANGE)
+    throw ConfigError("wlb4d-prep: --seed '" + v + "' must be an unsigned integer in [0, 18446744073709551615]");
+  return static_cast<std::uint64_t>(x);
+}
+
+// Refuses an output that is one of the inputs (same inode): the corpus would be
+// overwritten by the dataset.
+void refuse_input_as_output(const PrepOptions& o) {
+  for (const std::string* out : {&o.output, &o.val_output}) {
+    if (out->empty()) continue;
+    for (const auto& in : o.inputs) {
+      std::error_code ec;
+      if (std::filesystem::equivalent(in, *out, ec))
+        throw ConfigError("wlb4d-prep: " + std::string(out == &o.output ? "--output" : "--val-output") + " '" +
+                          *out + "' is the same file as --input '" + in +
+                          "': refusing to overwrite the corpus (write the dataset elsewhere)");
+    }
+  }
+  std::error_code ec;
+  if (!o.val_output.empty() && std::filesystem::equivalent(o.output, o.val_output, ec))
+    throw ConfigError("wlb4d-prep: --val-output '" + o.val_output + "' is the same file as --output '" + o.output +
+                      "'");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -69,6 +103,30 @@ SplitSummary write_split(const std::string& path, const std::vector<const std::s
   s.max = lengths.empty() ? 0 : lengths.back();
   return s;
 }
+
+// Outputs written under OUT.tmp, renamed onto OUT by commit(); removed when
+// the run fails before.
+struct TmpOutputs {
+  std::vector<std::pair<std::string, std::string>> files;  // (tmp, final)
+  std::string add(const std::string& final_path) {
+    files.emplace_back(final_path + ".tmp", final_path);
+    return files.back().first;
+  }
+  void commit() {
+    for (auto& [tmp, final_path] : files) {
+      std::error_code ec;
+      std::filesystem::rename(tmp, final_path, ec);
+      if (ec) throw DataError(tmp + ": cannot rename to " + final_path + " (" + ec.message() + ")");
+      tmp.clear();
+    }
+  }
+  ~TmpOutputs() {
+    for (const auto& f : files) {
+      std::error_code ec;
+      if (!f.first.empty()) std::filesystem::remove(f.first, ec);
+    }
+  }
+};
 
 std::string human_bytes(std::int64_t b) {
   if (b < 10 * 1024) return fmt::format("{} B", b);
@@ -109,8 +167,9 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
     throw ConfigError(std::string("wlb4d-prep: ") + e.what() + " (see --help)");
   }
   PrepOptions o;
-  if (vm.count("help")) {
-    o.help = true;
+  if (vm.count("help") || vm.count("version")) {
+    o.help = vm.count("help") > 0;
+    o.version = vm.count("version") > 0;
     return o;
   }
   if (vm.count("input")) o.inputs = vm["input"].as<std::vector<std::string>>();
@@ -120,7 +179,7 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
   if (vm.count("spm-model")) o.spm_model = vm["spm-model"].as<std::string>();
   o.val_fraction = vm["val-fraction"].as<double>();
   if (vm.count("val-output")) o.val_output = vm["val-output"].as<std::string>();
-  o.seed = vm["seed"].as<std::uint64_t>();
+  o.seed = parse_seed(vm["seed"].as<std::string>());
   o.max_docs = vm["max-docs"].as<std::int64_t>();
   return o;
 }
@@ -145,6 +204,7 @@ static void validate(const PrepOptions& o) {
     throw ConfigError("wlb4d-prep: --val-output must differ from --output");
   if (o.max_docs == 0 || o.max_docs < -1)
     throw ConfigError("wlb4d-prep: --max-docs " + std::to_string(o.max_docs) + " must be >= 1 (or -1: all)");
+  refuse_input_as_output(o);
 }
 
 std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
@@ -215,13 +275,19 @@ PrepSummary run_prep(const PrepOptions& o) {
   const auto t2 = std::chrono::steady_clock::now();
   std::string src = inputs;
   if (n_val > 0) src += fmt::format(" (train split: {} of {} documents, val_fraction {}, seed {})", train.size(), n, o.val_fraction, o.seed);
-  s.train = write_split(o.output, train, *tok, src);
+  // Both outputs are written as OUT.tmp and renamed only when both are
+  // complete: a failure leaves existing outputs untouched and no partial file.
+  TmpOutputs tmp;
+  s.train = write_split(tmp.add(o.output), train, *tok, src);
   if (n_val > 0) {
     s.has_val = true;
-    s.val = write_split(o.val_output, val, *tok,
+    s.val = write_split(tmp.add(o.val_output), val, *tok,
                         fmt::format("{} (validation split: {} of {} documents, val_fraction {}, seed {})", inputs,
                                     val.size(), n, o.val_fraction, o.seed));
   }
+  tmp.commit();
+  s.train.path = o.output;
+  if (s.has_val) s.val.path = o.val_output;
   s.write_s = seconds_since(t2);
   s.total_s = seconds_since(t0);
   return s;

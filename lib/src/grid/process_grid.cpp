@@ -58,6 +58,13 @@ ProcessGrid::ProcessGrid(int dp, int pp, int cp, int tp, comm::WaitMode wait, MP
   base.dp = 0;
   base.cp = 0;
   dpcp_ = split(w, layout_.rank_of(base), coords_.dp * layout_.cp() + coords_.cp, wait);
+  // Names for messages (the collective watchdog names the group that hangs).
+  world_.set_name("world");
+  tp_.set_name("TP");
+  cp_.set_name("CP");
+  dp_.set_name("DP");
+  pp_.set_name("PP");
+  dpcp_.set_name("DP×CP");
 }
 
 const comm::Communicator& ProcessGrid::axis(Axis a) const {

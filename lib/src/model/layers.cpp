@@ -8,6 +8,7 @@
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -315,8 +316,10 @@ void swiglu_backward(const View2<Scalar>& g, const View2<Scalar>& u, const View2
 template <class Scalar>
 double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
                              std::int64_t v0, const comm::Communicator& tp, const View1<Scalar>& lse,
-                             const View1<Scalar>& scratch) {
-  const int vl = int(logits.extent(1));
+                             const View1<Scalar>& scratch, std::int64_t vl_real) {
+  // Only the real columns [0, vl) enter the softmax; padding beyond is masked.
+  const int vl = vl_real < 0 ? int(logits.extent(1)) : int(std::min<std::int64_t>(vl_real, logits.extent(1)));
+  const Scalar lowest = Kokkos::reduction_identity<Scalar>::max();  // a shard of padding only
   require(std::int64_t(logits.extent(0)) >= T && std::int64_t(labels.extent(0)) >= T &&
               std::int64_t(lse.extent(0)) >= T && std::int64_t(scratch.extent(0)) >= 3 * T,
           "cross_entropy_forward", "logits/labels/lse/scratch extents do not fit T=" + std::to_string(T));
@@ -330,6 +333,10 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
   Kokkos::parallel_for(
       "wlb::model::ce_max", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t t) {
         const Scalar* KOKKOS_RESTRICT l = &logits(t, 0);
+        if (vl == 0) {
+          mx(t) = lowest;
+          return;
+        }
         constexpr int W = 8;
         Scalar m[W];
         for (int k = 0; k < W; ++k) m[k] = l[0];
@@ -345,7 +352,7 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
   Kokkos::parallel_for(
       "wlb::model::ce_max", Team(int(T), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int t = m.league_rank();
-        Scalar a = logits(t, 0);
+        Scalar a = vl > 0 ? logits(t, 0) : lowest;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, vl), [&](const int v, Scalar& acc) { acc = kmath::max(acc, logits(t, v)); },
             Kokkos::Max<Scalar>(a));
@@ -413,8 +420,9 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
 template <class Scalar>
 void cross_entropy_backward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
                             std::int64_t v0, const View1<Scalar>& lse, double grad_scale,
-                            const View2<Scalar>& dlogits) {
+                            const View2<Scalar>& dlogits, std::int64_t vl_real) {
   const std::int64_t vl = std::int64_t(logits.extent(1));
+  const std::int64_t vr = vl_real < 0 ? vl : std::min(vl_real, vl);  // padded columns [vr, vl): gradient 0
   require(dlogits.extent(1) == logits.extent(1) && std::int64_t(dlogits.extent(0)) >= T &&
               std::int64_t(logits.extent(0)) >= T && std::int64_t(lse.extent(0)) >= T,
           "cross_entropy_backward", "logits/dlogits/lse extents do not fit T=" + std::to_string(T));
@@ -434,16 +442,17 @@ void cross_entropy_backward(const View2<Scalar>& logits, const IntVec& labels, s
         }
         const Scalar lt = lse(t);
         const std::int64_t r = lab - v0;
-        const Scalar lr = (r >= 0 && r < vl) ? logits(t, r) : Scalar(0);
-        vexp::exp_shift(&logits(t, 0), d, int(vl), lt, gs);
-        if (r >= 0 && r < vl) d[r] = (vexp::exp_one(lr - lt) - Scalar(1)) * gs;
+        const Scalar lr = (r >= 0 && r < vr) ? logits(t, r) : Scalar(0);
+        if (vr > 0) vexp::exp_shift(&logits(t, 0), d, int(vr), lt, gs);
+        for (std::int64_t v = vr; v < vl; ++v) d[v] = Scalar(0);
+        if (r >= 0 && r < vr) d[r] = (vexp::exp_one(lr - lt) - Scalar(1)) * gs;
       });
   return;
 #endif
   Kokkos::parallel_for(
       "wlb::model::ce_bwd", MD2({0, 0}, {T, vl}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t v) {
         const std::int64_t lab = labels(t);
-        if (lab < 0) {
+        if (lab < 0 || v >= vr) {
           dlogits(t, v) = Scalar(0);
         } else {
           const Scalar p = kmath::exp(logits(t, v) - lse(t));
@@ -481,9 +490,10 @@ void add_inplace(const View2<Scalar>& y, const View2<Scalar>& x, std::int64_t T)
   template void swiglu_backward<S>(const View2<S>&, const View2<S>&, const View2<S>&, std::int64_t,      \
                                    const View2<S>&, const View2<S>&);                                    \
   template double cross_entropy_forward<S>(const View2<S>&, const IntVec&, std::int64_t, std::int64_t,   \
-                                           const comm::Communicator&, const View1<S>&, const View1<S>&); \
+                                           const comm::Communicator&, const View1<S>&, const View1<S>&,  \
+                                           std::int64_t);                                                \
   template void cross_entropy_backward<S>(const View2<S>&, const IntVec&, std::int64_t, std::int64_t,    \
-                                          const View1<S>&, double, const View2<S>&);                     \
+                                          const View1<S>&, double, const View2<S>&, std::int64_t);       \
   template void add_inplace<S>(const View2<S>&, const View2<S>&, std::int64_t);
 
 WLB_MODEL_LAYERS_INST(float)

@@ -13,6 +13,7 @@
 #include "wlb4d/model/attention.hpp"
 #include "wlb4d/model/layers.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -67,6 +68,8 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   const auto vs = split_range(vocab, p, tp.rank());
   v0_ = vs.first;
   vl_ = vs.second;
+  // Real (not padding) vocabulary columns of this shard: ids < cfg.data_vocab.
+  vl_real_ = cfg.data_vocab > 0 ? std::clamp<std::int64_t>(cfg.data_vocab - v0_, 0, vl_) : vl_;
   const ModelShard& s = params_.shard();
   nlayers_ = s.layer_end - s.layer_begin;
 
@@ -302,7 +305,8 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
     const auto LOG = v2(top(slot, kLogits), T, vl_);
     rmsnorm_forward(XO, T, params_[final_norm_].value, cfg_.norm_eps, XNF, v1(top(slot, kRstdF), T));
     linear_forward(XNF, params_[lm_head_].value2(), LOG);
-    out.loss = cross_entropy_forward(LOG, mb.labels, T, v0_, tp_, v1(top(slot, kCeLse), T), v1(scratch(kCeScratch), 3 * T));
+    out.loss = cross_entropy_forward(LOG, mb.labels, T, v0_, tp_, v1(top(slot, kCeLse), T), v1(scratch(kCeScratch), 3 * T),
+                                     vl_real_);
   } else {
     out.hidden = XO;
   }
@@ -333,7 +337,7 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
   if (s.head) {
     const auto XNF = v2(top(slot, kXnF), T, d_);
     const auto LOG = v2(top(slot, kLogits), T, vl_);
-    cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG);  // in place
+    cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
     const auto& H = params_[lm_head_];
     linear_backward(XNF, H.value2(), LOG, DXN, H.grad2());
     allreduce_tp(DXN);  // vocab-parallel head: operator f

@@ -5,6 +5,7 @@
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/data/document_stream.hpp"
@@ -120,6 +121,7 @@ struct Trainer::Impl {
   // Validation micro-batches (fixed order, built once).
   std::vector<balance::MicroBatch> val_mbs;
   std::int64_t val_targets = 0;
+  std::string resumed_from;  // the checkpoint this run resumed from ("" : a fresh start)
 
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
@@ -129,9 +131,11 @@ struct Trainer::Impl {
         source(stream) {
     if (!c.data.val.empty()) val_ds.emplace(data::TokenDataset::open(c.data.val));
     vocab = model_vocab();
+    cfg.model.data_vocab = train_ds.vocab_size();  // padded rows (vocab > it) are masked out of the loss
+    check_has_targets();
     cost = make_cost_model();
     packer = balance::make_packer(c, cost, wlb_length_sample());
-    exec = std::make_unique<pipeline::Executor>(c, g, vocab);
+    exec = std::make_unique<pipeline::Executor>(cfg, g, vocab);
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
     opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs);
@@ -151,12 +155,34 @@ struct Trainer::Impl {
         throw core::ConfigError("model.vocab_size=" + std::to_string(cfg.model.vocab_size) +
                                 " must be 0 or >= the vocabulary of data.train='" + cfg.data.train + "' (" +
                                 std::to_string(v) + ")");
-      v = cfg.model.vocab_size;  // padded rows are never targets; they only cost FLOPs
+      v = cfg.model.vocab_size;  // padded rows: never targets, masked out of the softmax (data_vocab)
     }
     if (val_ds && val_ds->vocab_size() != train_ds.vocab_size())
       throw core::DataError("data.val='" + cfg.data.val + "' has vocab_size " + std::to_string(val_ds->vocab_size()) +
                             " but data.train='" + cfg.data.train + "' has " + std::to_string(train_ds.vocab_size()));
     return v;
+  }
+
+  /// A target is the next token of the same document, so a document of n
+  /// tokens has n-1 of them. No targets means no loss to train on (loss 0/0):
+  /// an error here, not "loss 0.0000". The validation batches likewise.
+  void check_has_targets() {
+    const std::int64_t n =
+        cfg.data.max_docs > 0 ? std::min(train_ds.num_docs(), cfg.data.max_docs) : train_ds.num_docs();
+    std::int64_t targets = 0;
+    for (std::int64_t d = 0; d < n && targets == 0; ++d) targets += train_ds.doc_length(d) - 1;
+    if (targets == 0)
+      throw core::DataError("data.train='" + cfg.data.train + "' has no target tokens: all " + std::to_string(n) +
+                            " documents used are 1 token long (a target is the next token of the same "
+                            "document, so a document needs >= 2 tokens)");
+    if (!val_ds || cfg.train.eval_every == 0) return;
+    build_validation_batches();
+    if (val_targets == 0)
+      throw core::DataError("data.val='" + cfg.data.val + "' gives no target tokens: its first documents within "
+                            "train.eval_tokens=" + std::to_string(cfg.train.eval_tokens) + " (of " +
+                            std::to_string(val_ds->num_docs()) +
+                            ") are 1 token long; give a validation set with documents of >= 2 tokens, or set "
+                            "data.val= (empty) or train.eval_every=0 to train without validation");
   }
 
   /// Calibrated on this build's layer (balance.calibrate), else from the deck.
@@ -320,6 +346,7 @@ struct Trainer::Impl {
     if (!path) return;
     const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
     ckpt->push();
+    resumed_from = *path;
     step = r.state.step;
     tokens_seen = r.state.tokens_seen;
     stream.restore({r.state.stream_epoch, r.state.stream_position});
@@ -362,6 +389,7 @@ std::int64_t Trainer::current_step() const { return impl_->step; }
 
 StepResult Trainer::step() {
   auto& I = *impl_;
+  core::fault_point("step", I.grid.rank(), I.step);  // tests only (WLB4D_FAULT)
   io::TimingRecord rec = I.new_record();
   Kokkos::fence();
   const double t_start = now();
@@ -438,6 +466,13 @@ StepResult Trainer::run() {
   auto& I = *impl_;
   const auto& g = I.grid;
   StepResult last;
+  if (!I.resumed_from.empty() && I.step >= I.cfg.train.steps) {
+    if (g.rank() == 0)
+      spdlog::info("run already complete: checkpoint {} is at step {} (its last step), train.steps={}; nothing to "
+                   "train (raise train.steps to continue)",
+                   I.resumed_from, I.step, I.cfg.train.steps);
+    return last;
+  }
   Throughput window;
   bool stop = false;
   while (I.step < I.cfg.train.steps && !stop) {

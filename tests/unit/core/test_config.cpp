@@ -72,7 +72,7 @@ weight_decay = 0.05
 grad_clip = 2
 [train]
 steps = 11
-micro_batches = 6
+micro_batches = 8
 max_seq_len = 128
 seed = 99
 eval_every = 5
@@ -123,7 +123,7 @@ backend = mpi
   EXPECT_EQ(c.optim.warmup_steps, 7);
   EXPECT_DOUBLE_EQ(c.optim.grad_clip, 2);
   EXPECT_EQ(c.train.steps, 11);
-  EXPECT_EQ(c.train.micro_batches, 6);
+  EXPECT_EQ(c.train.micro_batches, 8);
   EXPECT_EQ(c.train.seed, 99u);
   EXPECT_EQ(c.train.eval_tokens, 1000);
   EXPECT_EQ(c.checkpoint.dir, "ck");
@@ -193,6 +193,14 @@ TEST(Config, CrossKeyRules) {
                       {"optim.min_lr", "optim.lr"});
   expect_config_error([] { parse_deck_text("[parallel]\ndp = 3\n[train]\nmicro_batches = 4\n"); },
                       {"parallel.dp=3 must divide train.micro_batches=4"});
+  // Interleaved 1F1B needs the per-replica micro-batch count to be a multiple of pp
+  // (the executor's rule, now checked with the deck: --check sees it).
+  expect_config_error(
+      [] {
+        parse_deck_text("[model]\nlayers = 4\n[parallel]\ndp = 2\npp = 2\nschedule = interleaved\n"
+                        "virtual_stages = 2\n[train]\nmicro_batches = 6\n");
+      },
+      {"parallel.pp=2 must divide train.micro_batches/parallel.dp=3", "interleaved"});
 }
 
 TEST(Config, WorldSizeRule) {
@@ -352,4 +360,65 @@ TEST(Config, HelpListsEveryKeyWithUnit) {
     ++n;
   }
   EXPECT_GT(n, 50);
+}
+
+// ---- issue [N]: values the validator used to accept ----------------------------
+TEST(ConfigStrict, EveryFloatingKeyMustBeFinite) {
+  for (const char* bad : {"inf", "-inf", "nan", "infinity"}) {
+    for (const char* key : {"model.norm_eps", "optim.eps", "balance.cost_a", "plan.alpha_s", "model.rope_theta",
+                            "checkpoint.every_minutes", "optim.grad_clip"}) {
+      expect_config_error([&] { parse_deck_text("", {std::string("--") + key + "=" + bad}); },
+                          {key, "must be a finite number"});
+    }
+  }
+  // In a deck file too, naming the key.
+  expect_config_error([] { parse_deck_text("[model]\nnorm_eps = inf\n"); }, {"model.norm_eps=inf", "finite"});
+}
+
+TEST(ConfigStrict, EmptyBoolIsAnError) {
+  const char* argv[] = {"wlb4d", "--checkpoint.at_end="};
+  expect_config_error([&] { parse_command_line(2, argv); },
+                      {"malformed value for checkpoint.at_end", "must be true or false"});
+  expect_config_error([] { parse_deck_text("[data]\nshuffle =\n"); }, {"data.shuffle", "must be true or false"});
+  // The spellings Boost accepted still work.
+  EXPECT_FALSE(parse_deck_text("", {"--checkpoint.at_end=false"}).checkpoint.at_end);
+  EXPECT_FALSE(parse_deck_text("", {"--checkpoint.at_end=0"}).checkpoint.at_end);
+  EXPECT_TRUE(parse_deck_text("[checkpoint]\nat_end = Yes\n").checkpoint.at_end);
+  EXPECT_FALSE(parse_deck_text("[checkpoint]\nat_end = off\n").checkpoint.at_end);
+}
+
+TEST(ConfigStrict, NegativeSeedIsAnError) {
+  const char* argv[] = {"wlb4d", "--train.seed=-1"};
+  expect_config_error([&] { parse_command_line(2, argv); }, {"train.seed", "'-1'", "unsigned integer"});
+  expect_config_error([] { parse_deck_text("[train]\nseed = -5\n"); }, {"train.seed", "unsigned"});
+  expect_config_error([] { parse_deck_text("[train]\nseed = 18446744073709551616\n"); }, {"train.seed"});
+  EXPECT_EQ(parse_deck_text("[train]\nseed = 18446744073709551615\n").train.seed, 18446744073709551615ull);
+  EXPECT_EQ(parse_deck_text("", {"--train.seed=7"}).train.seed, 7u);
+}
+
+TEST(ConfigStrict, DirectoryAsDeckIsAnError) {
+  std::filesystem::create_directories("a-deck-dir.ini");
+  const char* argv[] = {"wlb4d", "a-deck-dir.ini"};
+  expect_config_error([&] { parse_command_line(2, argv); }, {"deck file 'a-deck-dir.ini'", "is a directory"});
+}
+
+TEST(ConfigStrict, Utf8BomAtTheTopIsSkipped) {
+  Config c = parse_deck_text("\xEF\xBB\xBF[model]\nlayers = 3\n");
+  EXPECT_EQ(c.model.layers, 3);
+  const std::string path = "test_config_bom.ini";
+  std::ofstream(path) << "\xEF\xBB\xBF# a comment first\n[train]\nsteps = 4\n";
+  const char* argv[] = {"wlb4d", path.c_str()};
+  EXPECT_EQ(parse_command_line(2, argv).config.train.steps, 4);
+}
+
+TEST(ConfigStrict, DefaultsPrintAsWritten) {
+  const std::string ini = to_ini(Config{});
+  EXPECT_NE(ini.find("lr = 0.0003\n"), std::string::npos) << ini;
+  EXPECT_EQ(ini.find("0.00029999999999999997"), std::string::npos);
+  EXPECT_NE(deck_help().find("0.0003"), std::string::npos);
+  EXPECT_EQ(deck_help().find("0.00029999999999999997"), std::string::npos);
+  // Still a round trip for values that need every digit.
+  Config c;
+  c.optim.lr = 0.1 + 0.2;
+  EXPECT_EQ(parse_deck_text(to_ini(c)).optim.lr, c.optim.lr);
 }

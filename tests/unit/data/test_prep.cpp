@@ -132,3 +132,72 @@ TEST(Prep, NoDocumentsIsAnError) {
   o.output = test::scratch("none.h5").string();
   EXPECT_THROW(run_prep(o), core::DataError);
 }
+
+// ---- issue [N]: prep refuses to destroy its input, writes atomically ----------
+namespace {
+template <class F>
+std::string config_error_of(F&& f) {
+  try {
+    f();
+  } catch (const core::ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+}  // namespace
+
+TEST(PrepSafety, NegativeSeedIsRefused) {
+  const char* argv[] = {"wlb4d-prep", "--input", "a.jsonl", "--output", "o.h5", "--seed", "-1"};
+  const std::string msg = config_error_of([&] { parse_prep_args(7, argv); });
+  EXPECT_NE(msg.find("--seed '-1' must be an unsigned integer"), std::string::npos) << msg;
+  const char* big[] = {"wlb4d-prep", "--input", "a.jsonl", "--output", "o.h5", "--seed", "18446744073709551616"};
+  EXPECT_THROW(parse_prep_args(7, big), core::ConfigError);
+  const char* max[] = {"wlb4d-prep", "--input", "a.jsonl", "--output", "o.h5", "--seed", "18446744073709551615"};
+  EXPECT_EQ(parse_prep_args(7, max).seed, 18446744073709551615ull);
+}
+
+TEST(PrepSafety, OutputThatIsTheInputIsRefused) {
+  const auto corpus = test::scratch("corpus-same.jsonl");
+  const std::string text = test::read_file(test::tiny_jsonl());
+  test::write_file(corpus, text);
+  const auto link = test::scratch("corpus-same-link.h5");
+  std::filesystem::remove(link);
+  std::filesystem::create_hard_link(corpus, link);  // another name, the same inode
+  for (const auto& out : {corpus, link}) {
+    PrepOptions o;
+    o.inputs = {corpus.string()};
+    o.output = out.string();
+    const std::string msg = config_error_of([&] { run_prep(o); });
+    EXPECT_NE(msg.find("is the same file as --input"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("refusing to overwrite the corpus"), std::string::npos) << msg;
+    o.output = test::scratch("ok-train.h5").string();
+    o.val_fraction = 0.1;
+    o.val_output = out.string();
+    EXPECT_NE(config_error_of([&] { run_prep(o); }).find("--val-output"), std::string::npos);
+  }
+  EXPECT_EQ(test::read_file(corpus), text);  // the corpus is intact
+}
+
+TEST(PrepSafety, OutputsAreRenamedFromTmpWhenComplete) {
+  PrepOptions o;
+  o.inputs = {test::tiny_jsonl()};
+  o.output = test::scratch("atomic-train.h5").string();
+  o.val_fraction = 0.1;
+  o.val_output = test::scratch("atomic-val.h5").string();
+  const auto s = run_prep(o);
+  EXPECT_EQ(s.train.path, o.output);
+  EXPECT_EQ(s.val.path, o.val_output);
+  EXPECT_TRUE(std::filesystem::exists(o.output));
+  EXPECT_FALSE(std::filesystem::exists(o.output + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(o.val_output + ".tmp"));
+  EXPECT_EQ(TokenDataset::open(o.output).num_docs(), 18);
+  // A failure while writing the second output (its name is too long for the
+  // file system) leaves the existing first output untouched and no .tmp file:
+  // the outputs are renamed into place only when both are complete.
+  o.output = test::scratch("atomic-existing.h5").string();
+  test::write_file(o.output, "an older dataset");
+  o.val_output = test::scratch(std::string(300, 'v') + ".h5").string();
+  EXPECT_THROW(run_prep(o), core::DataError);
+  EXPECT_TRUE(test::read_file(o.output) == "an older dataset") << "the existing --output was replaced";
+  EXPECT_FALSE(std::filesystem::exists(o.output + ".tmp"));
+}

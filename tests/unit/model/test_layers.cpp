@@ -270,3 +270,40 @@ TEST(ModelLayers, CrossEntropyVocabShardsSumToFullOnOneRank) {
   const double shifted = cross_entropy_forward(logits, labels2, T, 5, tp, lse, scratch);
   EXPECT_NEAR(full, shifted, 1e-12);
 }
+
+TEST(ModelLayers, CrossEntropyMasksPaddedColumns) {
+  // Columns [vr, V) are vocabulary padding (issue [N]): the loss and lse equal
+  // those of the first vr columns alone, whatever the padded logits hold, and
+  // the padded columns get gradient 0 (float and the host vector path).
+  std::mt19937_64 rng(11);
+  const int T = 4, V = 21, vr = 13;
+  auto labels = make_ints({3, 12, -1, 0});
+  View2<float> padded("padded", T, V), real("real", T, vr);
+  fill_normal(padded, rng);
+  auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), padded);
+  for (int t = 0; t < T; ++t)
+    for (int v = vr; v < V; ++v) hp(t, v) = 30.0f + float(v);  // large: they would dominate the softmax
+  Kokkos::deep_copy(padded, hp);
+  auto hr = Kokkos::create_mirror_view(real);
+  for (int t = 0; t < T; ++t)
+    for (int v = 0; v < vr; ++v) hr(t, v) = hp(t, v);
+  Kokkos::deep_copy(real, hr);
+  View1<float> lse_p("lse_p", T), lse_r("lse_r", T), scratch("scratch", 3 * T);
+  const comm::Communicator tp;
+  const double lp = cross_entropy_forward(padded, labels, T, 0, tp, lse_p, scratch, vr);
+  const double lr = cross_entropy_forward(real, labels, T, 0, tp, lse_r, scratch);
+  EXPECT_NEAR(lp, lr, 1e-6 * std::fabs(lr));
+  EXPECT_LT(lr, 3 * std::log(double(vr)) + 10);  // sanity: not the 30+ of the padded logits
+  cross_entropy_backward(padded, labels, T, 0, lse_p, 0.5, padded, vr);
+  cross_entropy_backward(real, labels, T, 0, lse_r, 0.5, real);
+  Kokkos::deep_copy(hp, padded);
+  Kokkos::deep_copy(hr, real);
+  for (int t = 0; t < T; ++t) {
+    for (int v = 0; v < vr; ++v) EXPECT_NEAR(hp(t, v), hr(t, v), 1e-6) << "t " << t << " v " << v;
+    for (int v = vr; v < V; ++v) EXPECT_EQ(hp(t, v), 0.0f) << "padded column " << v << " of token " << t;
+  }
+  // A shard holding padding only (vr = 0) contributes nothing on its own.
+  View1<float> lse0("lse0", T);
+  fill_normal(padded, rng);
+  EXPECT_EQ(cross_entropy_forward(padded, make_ints({-1, -1, -1, -1}), T, 0, tp, lse0, scratch, 0), 0.0);
+}

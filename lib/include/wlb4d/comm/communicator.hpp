@@ -78,6 +78,16 @@ class DeviceCollectives {
 /// compute CPU time).
 double comm_cpu_seconds();
 
+/// Collective watchdog (comm.timeout_s): a polite wait (WaitMode::Yield)
+/// that has not completed after `seconds` throws core::CommError naming the
+/// operation, the group (Communicator::name), this rank and the wait — a rank
+/// of the group stopped, crashed or is stuck — so the job ends (mpi_main
+/// aborts every rank) instead of hanging. 0 disables it; WaitMode::Block
+/// waits inside MPI and has no watchdog. Process-wide; default 0 until the
+/// trainer sets the deck's value.
+void set_wait_timeout(double seconds);
+double wait_timeout();
+
 /// A communicator over one group of ranks (one grid axis, or DP×CP).
 /// Copyable handle; the underlying MPI_Comm is owned by whoever created it
 /// (ProcessGrid) unless created with `owns = true`.
@@ -96,6 +106,10 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm mpi() const { return comm_; }
   WaitMode wait_mode() const { return wait_; }
+  /// The group's name in messages ("TP", "CP", "DP", "PP", "DP×CP", "world";
+  /// grid::ProcessGrid names its axes). Default "MPI communicator".
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
 
   // ---- raw-pointer core (count in elements) ------------------------------------
   template <class T> void allreduce(T* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const;
@@ -182,6 +196,8 @@ class Communicator {
   /// Throws CommError unless this wraps a live communicator.
   void check_live(const char* what) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_ = "MPI communicator";
+  mutable const char* op_ = "";  // the operation being waited for (watchdog message)
   std::shared_ptr<MPI_Comm> owner_;
   WaitMode wait_ = WaitMode::Yield;
   int rank_ = 0;

@@ -42,6 +42,10 @@ struct ModelConfig {
   /// full (keep each layer's input, re-run its forward in the backward).
   std::string recompute = "none";
   int recompute_layers = 0;   ///< recompute the first N layers of each stage (0: all)
+  /// Not a deck key: the dataset's vocabulary, set by the trainer. Logits of
+  /// ids >= it (the padding of vocab_size) are masked out of the softmax and
+  /// the loss (llm.c's convention). 0: every row is a real token.
+  int data_vocab = 0;
   int head_dim() const { return d_model / heads; }
   /// Parameters of one transformer layer used in matmuls (elements): Wq and Wo
   /// (d_model·heads·head_dim each), Wk and Wv (d_model·kv_heads·head_dim each),
@@ -128,6 +132,7 @@ struct LogConfig {
 struct CommConfig {
   std::string wait = "yield";  ///< yield (MPI_Test + sched_yield) | block
   std::string backend = "mpi"; ///< mpi | nccl (CUDA builds)
+  double timeout_s = 600;      ///< collective watchdog: a wait longer than this ends the job (0: off)
 };
 
 /// [plan] the cluster-scale simulator wlb4d-plan (no MPI run needed). It
@@ -163,10 +168,16 @@ struct CommandLine {
   Config config;
   bool help = false;          ///< --help: print every key (see deck_help())
   bool print_config = false;  ///< --print-config: print the resolved deck and exit
+  bool version = false;       ///< --version: print the build's versions (version_report) and exit
+  /// --check: validate the deck and the layout for a rank count, then exit 0
+  /// (or 2 with the deck error) without opening a dataset or a checkpoint.
+  bool check = false;
+  int check_ranks = 0;        ///< --check-ranks N (implies --check); 0: the MPI world size
   std::vector<std::string> extra;  ///< program-specific flags left untouched
 };
 
-/// Parses `prog [DECK] [--section.key=value ...] [--print-config] [--help]`.
+/// Parses `prog [DECK] [--section.key=value ...] [--print-config] [--check [--check-ranks N]]
+/// [--version] [--help]`.
 /// The first positional argument (or -i/--input) is the deck file; its
 /// `include =` lines are resolved (see the file comment).
 /// \throws ConfigError for an unknown key, a malformed value, a missing deck
@@ -189,7 +200,15 @@ void validate_world(const Config& cfg, int world_size);
 /// result gives back the same Config (it is stored in checkpoints).
 std::string to_ini(const Config& cfg);
 
-/// `--help` text: every key with its default, unit and rule.
+/// `--help` text: every key with its default, unit and rule, and the layout rules.
 std::string deck_help();
+
+/// `--help` text of a tool that reads only some keys: `usage` first, then the
+/// keys whose name starts with one of `key_prefixes` ("plan." or "model.layers").
+std::string deck_help(const std::string& usage, const std::vector<std::string>& key_prefixes);
+
+/// The layout rules validate() and validate_world() enforce (what must divide
+/// what), one per line; --help and README.md list them.
+std::string layout_rules();
 
 }  // namespace wlb::core

@@ -14,7 +14,10 @@
 namespace wlb::core {
 
 /// Runs body(argc, argv) between MPI_Init_thread/Kokkos::initialize and
-/// Kokkos::finalize/MPI_Finalize. body returns the exit code.
+/// Kokkos::finalize/MPI_Finalize. body returns the exit code. Kokkos never
+/// sees --help/-h (body does: the tool's own help comes first); --kokkos-help
+/// prints Kokkos' help and returns 0 without running body. body gets argv
+/// without the --kokkos-* flags Kokkos consumed.
 /// \return body's code, 2 after a ConfigError (all ranks), otherwise aborts.
 int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body);
 

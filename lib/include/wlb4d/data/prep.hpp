@@ -27,6 +27,7 @@ struct PrepOptions {
   std::uint64_t seed = 1234;        ///< split (and sentencepiece sampling) seed
   std::int64_t max_docs = -1;       ///< first N documents only (< 0: all)
   bool help = false;                ///< --help was given
+  bool version = false;             ///< --version was given
 };
 
 /// Parses wlb4d-prep's command line (Boost.Program_options) and validates it.

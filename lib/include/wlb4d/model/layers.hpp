@@ -116,21 +116,25 @@ void swiglu_backward(const View2<Scalar>& g, const View2<Scalar>& u, const View2
 /// \param lse [T] output: log Σ_v exp(logit) over the *global* vocabulary,
 ///        saved for cross_entropy_backward.
 /// \param scratch [≥ 3·T] temporary (no allocation here).
+/// \param vl_real columns [0, vl_real) of this shard are real tokens; the rest
+///        (vocabulary padding, possibly the whole shard) are left out of the
+///        max and Σexp, so the loss equals the unpadded model's. −1: all.
 /// \return Σ_t loss_t over tokens with a target (not a mean), identical on
 ///         every TP rank.
 template <class Scalar>
 double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
                              std::int64_t v0, const comm::Communicator& tp, const View1<Scalar>& lse,
-                             const View1<Scalar>& scratch);
+                             const View1<Scalar>& scratch, std::int64_t vl_real = -1);
 
 /// dlogits[t][v] = (softmax(logits)[t][v] − [v0+v == labels[t]]) · grad_scale
 /// for tokens with a target, 0 for tokens without. `dlogits` may alias
 /// `logits` (in place). grad_scale = 1/(target tokens of the whole step) makes
 /// the per-micro-batch gradients sum to the gradient of the step's mean loss.
+/// Padded columns (v >= vl_real, see cross_entropy_forward) get dlogits 0.
 template <class Scalar>
 void cross_entropy_backward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
                             std::int64_t v0, const View1<Scalar>& lse, double grad_scale,
-                            const View2<Scalar>& dlogits);
+                            const View2<Scalar>& dlogits, std::int64_t vl_real = -1);
 
 // ---- small helpers -------------------------------------------------------------------
 

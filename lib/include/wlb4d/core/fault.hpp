@@ -1,0 +1,22 @@
+#pragma once
+/// \file fault.hpp
+/// \brief Deterministic fault injection for tests (not a deck key): the
+/// environment variable WLB4D_FAULT names one fault, so crash, stall and
+/// timeout tests do not race a poller that sends signals.
+///
+///   WLB4D_FAULT=stall:rank=R:step=S   world rank R stops making progress (it
+///                                     sleeps, as under SIGSTOP) when it
+///                                     reaches fault point "step" at step S
+///                                     (0-based).
+///
+/// A malformed value is reported once on stderr and ignored. Unset (the
+/// normal case) costs one getenv at the first call.
+
+#include <cstdint>
+
+namespace wlb::core {
+
+/// Called by the trainer at the start of every step (`phase` "step").
+void fault_point(const char* phase, int world_rank, std::int64_t step);
+
+}  // namespace wlb::core
