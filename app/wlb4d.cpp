@@ -1,6 +1,7 @@
 // wlb4d — the training driver: MPI + Kokkos start-up, deck, process grid, Trainer.
 #include "tool_version.hpp"
 #include "wlb4d/core/config.hpp"
+#include "wlb4d/core/signals.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/log.hpp"
 #include "wlb4d/core/mpi_main.hpp"
@@ -31,6 +32,7 @@ int check_only(const wlb::core::CommandLine& cl) {
 int main(int argc, char** argv) {
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb;
+    core::install_stop_handlers();  // first: a stop during start-up is deferred, not fatal
     core::CommandLine cl = core::parse_command_line(ac, av);
     const int rank = core::world_rank();
     if (cl.help) {

@@ -15,6 +15,7 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // let blocking calls (MPI progress, I/O) continue
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);  // Ctrl-C: the same graceful stop
 }
 
 int stop_signal() { return g_signal; }

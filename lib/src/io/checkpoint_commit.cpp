@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 
 namespace wlb::io {
@@ -95,7 +96,13 @@ std::vector<std::string> read_latest_names(const std::string& dir) {
   std::string line;
   while (std::getline(in, line)) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (!line.empty()) names.push_back(line);
+    if (line.empty()) continue;
+    // `latest` lists plain file names in DIR; anything else (an absolute path,
+    // ../, a sub-folder) could resume another run's file.
+    if (line.find('/') != std::string::npos || line == "." || line == "..")
+      throw CheckpointError(join_path(dir, "latest") + " names '" + line +
+                            "', which is not a file of checkpoint.dir (entries must be plain step_NNNNNN.h5 names)");
+    names.push_back(line);
   }
   return names;
 }
@@ -211,6 +218,51 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+// ---- the checkpoint.dir lock -------------------------------------------------------------
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock (the kernel also does if the process dies)
+}
+
+void CheckpointDirLock::acquire(const std::string& dir, const comm::Communicator& world) {
+  std::string err;
+  if (world.rank() == 0) {
+    try {
+      ckpt::mkdirs(dir);
+      path_ = join_path(dir, ".wlb4d.lock");
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT, 0644);
+      if (fd_ < 0)
+        throw CheckpointError("checkpoint.dir='" + dir + "' is not writable: cannot create " + path_ + ": " +
+                              std::strerror(errno));
+      struct flock fl {};
+      fl.l_type = F_WRLCK;
+      fl.l_whence = SEEK_SET;
+      if (::fcntl(fd_, F_SETLK, &fl) != 0) {
+        std::string holder(512, '\0');
+        const ssize_t n = ::pread(fd_, &holder[0], holder.size(), 0);
+        holder.resize(n > 0 ? std::size_t(n) : 0);
+        while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+        ::close(fd_);
+        fd_ = -1;
+        throw CheckpointError("checkpoint.dir='" + dir + "' is in use by another run (" +
+                              (holder.empty() ? std::string("holder unknown") : holder) +
+                              "); two runs on one checkpoint.dir would overwrite each other's checkpoints and "
+                              "`latest`: give this run its own checkpoint.dir, or stop the other one");
+      }
+      char host[256] = {0};
+      ::gethostname(host, sizeof host - 1);
+      const std::string me = "host " + std::string(host) + ", pid " + std::to_string(::getpid()) + ", started " +
+                             std::to_string(std::time(nullptr)) + " (unix time)\n";
+      if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
+        spdlog::warn("checkpoint.dir lock {}: cannot record this run: {}", path_, std::strerror(errno));
+    } catch (const CheckpointError& e) {
+      err = e.what();
+    }
+  }
+  err = comm::agree(world, err);
+  if (!err.empty()) throw CheckpointError(err);
+}
+
 std::optional<std::string> resolve_resume(const std::string& dir, const std::string& mode,
                                           const comm::Communicator& world, std::vector<std::string>* skipped,
                                           const std::function<std::string(const std::string&)>& usable) {
@@ -219,7 +271,14 @@ std::optional<std::string> resolve_resume(const std::string& dir, const std::str
   // 2 one explicit file, 3 error.
   std::int64_t code = 0;
   std::string text;
-  if (world.rank() == 0) code = resume_candidates(dir, mode, &text);
+  if (world.rank() == 0) {
+    try {
+      code = resume_candidates(dir, mode, &text);
+    } catch (const CheckpointError& e) {  // e.g. a bad `latest`: every rank must hear it
+      code = 3;
+      text = e.what();
+    }
+  }
   world.broadcast(&code, 1, 0);
   text = comm::bcast_string(world, text, 0);
   if (code == 0) return std::nullopt;

@@ -215,7 +215,7 @@ void TimingLog::Impl::open_csv(const std::string& csv_path) {
   const bool fresh = !file_exists(csv_path);
   csv.open(csv_path, std::ios::app);
   if (!csv) throw DataError("timing CSV '" + csv_path + "' cannot be opened for writing");
-  csv.precision(12);
+  csv.precision(17);  // max_digits10 of double: the CSV round-trips to the HDF5 value
   if (fresh) write_csv_header(csv);
 }
 

@@ -191,17 +191,20 @@ void Transformer<Scalar>::set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x)
 }
 
 template <class Scalar>
+typename Transformer<Scalar>::LayerViews Transformer<Scalar>::layer_views(int slot, int l, std::int64_t T) const {
+  return {v2(field(slot, l, kXin), T, d_), v1(field(slot, l, kRstd1), T),        v2(field(slot, l, kXn1), T, d_),
+          v3(field(slot, l, kQ), T, hq_, D_), v3(field(slot, l, kK), T, hkv_, D_), v3(field(slot, l, kV), T, hkv_, D_),
+          v3(field(slot, l, kO), T, hq_, D_), v2(field(slot, l, kLse), hq_, T),    v2(field(slot, l, kH1), T, d_),
+          v1(field(slot, l, kRstd2), T),      v2(field(slot, l, kXn2), T, d_),     v2(field(slot, l, kG), T, f_),
+          v2(field(slot, l, kU), T, f_),      v2(field(slot, l, kA), T, f_)};
+}
+
+template <class Scalar>
 void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBatchInput& mb) {
   const std::int64_t T = mb.tokens, qd = hq_ * D_, kd = hkv_ * D_;
   const LayerParams& P = lp_[std::size_t(l)];
-  const auto X = v2(field(slot, l, kXin), T, d_);
-  const auto XN1 = v2(field(slot, l, kXn1), T, d_);
-  const auto Q3 = v3(field(slot, l, kQ), T, hq_, D_);
-  const auto K3 = v3(field(slot, l, kK), T, hkv_, D_);
-  const auto V3 = v3(field(slot, l, kV), T, hkv_, D_);
-  const auto O3 = v3(field(slot, l, kO), T, hq_, D_);
-  const auto H1 = v2(field(slot, l, kH1), T, d_);
-  rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, v1(field(slot, l, kRstd1), T));
+  const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
+  rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
   linear_forward(XN1, params_[P.wq].value2(), v2(Q3.data(), T, qd));
   linear_forward(XN1, params_[P.wk].value2(), v2(K3.data(), T, kd));
   linear_forward(XN1, params_[P.wv].value2(), v2(V3.data(), T, kd));
@@ -209,7 +212,7 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
   rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
   const auto kv = kvx_->gather(params_.shard().layer_begin + l, slot, K3, V3);
   attention_forward<Scalar>(Q3, kv.first, kv.second, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
-                            Scalar(1.0 / std::sqrt(double(D_))), O3, v2(field(slot, l, kLse), hq_, T));
+                            Scalar(1.0 / std::sqrt(double(D_))), O3, LSE2);
   linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), H1);
   allreduce_tp(H1);  // row-parallel output: operator g
   add_inplace(H1, X, T);
@@ -219,12 +222,8 @@ template <class Scalar>
 void Transformer<Scalar>::mlp_block_forward(int slot, int l, const MicroBatchInput& mb, bool down) {
   const std::int64_t T = mb.tokens;
   const LayerParams& P = lp_[std::size_t(l)];
-  const auto H1 = v2(field(slot, l, kH1), T, d_);
-  const auto XN2 = v2(field(slot, l, kXn2), T, d_);
-  const auto G2 = v2(field(slot, l, kG), T, f_);
-  const auto U2 = v2(field(slot, l, kU), T, f_);
-  const auto A2 = v2(field(slot, l, kA), T, f_);
-  rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, v1(field(slot, l, kRstd2), T));
+  const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
+  rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
   linear_forward(XN2, params_[P.w_gate].value2(), G2);
   linear_forward(XN2, params_[P.w_up].value2(), U2);
   swiglu_forward(G2, U2, T, A2);
@@ -245,13 +244,13 @@ void Transformer<Scalar>::recompute(int slot, int l, const MicroBatchInput& mb) 
       attention_block_forward(slot, l, mb);
       mlp_block_forward(slot, l, mb, /*down=*/false);
       return;
-    case Recompute::Selective:
-      rmsnorm_forward(v2(field(slot, l, kXin), T, d_), T, params_[P.attn_norm].value, cfg_.norm_eps,
-                      v2(field(slot, l, kXn1), T, d_), v1(field(slot, l, kRstd1), T));
-      rmsnorm_forward(v2(field(slot, l, kH1), T, d_), T, params_[P.mlp_norm].value, cfg_.norm_eps,
-                      v2(field(slot, l, kXn2), T, d_), v1(field(slot, l, kRstd2), T));
-      swiglu_forward(v2(field(slot, l, kG), T, f_), v2(field(slot, l, kU), T, f_), T, v2(field(slot, l, kA), T, f_));
+    case Recompute::Selective: {
+      const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
+      rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
+      rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
+      swiglu_forward(G2, U2, T, A2);
       return;
+    }
   }
 }
 
@@ -359,18 +358,7 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
   for (int l = nlayers_ - 1; l >= 0; --l) {
     recompute(slot, l, mb);
     const LayerParams& P = lp_[l];
-    const auto X = v2(field(slot, l, kXin), T, d_);
-    const auto XN1 = v2(field(slot, l, kXn1), T, d_);
-    const auto Q3 = v3(field(slot, l, kQ), T, hq_, D_);
-    const auto K3 = v3(field(slot, l, kK), T, hkv_, D_);
-    const auto V3 = v3(field(slot, l, kV), T, hkv_, D_);
-    const auto O3 = v3(field(slot, l, kO), T, hq_, D_);
-    const auto LSE2 = v2(field(slot, l, kLse), hq_, T);
-    const auto H1 = v2(field(slot, l, kH1), T, d_);
-    const auto XN2 = v2(field(slot, l, kXn2), T, d_);
-    const auto G2 = v2(field(slot, l, kG), T, f_);
-    const auto U2 = v2(field(slot, l, kU), T, f_);
-    const auto A2 = v2(field(slot, l, kA), T, f_);
+    const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
 
     // MLP block: DRES holds dL/d(layer output).
     const auto& Wd = params_[P.w_down];
@@ -382,7 +370,7 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
     linear_backward(XN2, Wu.value2(), DU2, DXN, Wu.grad2(), Scalar(1));
     allreduce_tp(DXN);  // column-parallel input: operator f
     const auto& N2 = params_[P.mlp_norm];
-    rmsnorm_backward(H1, T, N2.value, v1(field(slot, l, kRstd2), T), DXN, DRES, N2.grad, true);
+    rmsnorm_backward(H1, T, N2.value, RSTD2, DXN, DRES, N2.grad, true);
 
     // Attention block: DRES holds dL/dH1.
     const auto& Wo = params_[P.wo];
@@ -403,7 +391,7 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
     linear_backward(XN1, Wv.value2(), v2(DV3.data(), T, kd), DXN, Wv.grad2(), Scalar(1));
     allreduce_tp(DXN);
     const auto& N1 = params_[P.attn_norm];
-    rmsnorm_backward(X, T, N1.value, v1(field(slot, l, kRstd1), T), DXN, DRES, N1.grad, true);
+    rmsnorm_backward(X, T, N1.value, RSTD1, DXN, DRES, N1.grad, true);
   }
   slot_tokens_[slot] = -1;
 

@@ -45,7 +45,8 @@ void Optimizer::check_finite(std::int64_t step, double loss, double gnorm) const
         where = "gradient of " + p.name;
         break;
       }
-  throw core::NumericsError("non-finite value at step " + std::to_string(step) + " in " + where + " (loss " +
+  // Steps counted from 1, as on the progress lines.
+  throw core::NumericsError("non-finite value at step " + std::to_string(step + 1) + " in " + where + " (loss " +
                             std::to_string(loss) + ", grad norm " + std::to_string(gnorm) + ")");
 }
 

@@ -116,6 +116,7 @@ struct Trainer::Impl {
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;                    // training tokens consumed (checkpointed)
   std::unique_ptr<io::ModelCheckpointState> ckpt;  // TensorRef view of values + moments
+  io::CheckpointDirLock dir_lock;                  // this run owns checkpoint.dir
   double last_ckpt_time = 0;
   std::unique_ptr<io::TimingLog> tlog;
   // Validation micro-batches (fixed order, built once).
@@ -142,8 +143,10 @@ struct Trainer::Impl {
     const std::vector<const model::ParamRegistry<float>*> cregs(regs.begin(), regs.end());
     ckpt = std::make_unique<io::ModelCheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq());  // collective over pp
     const auto& ck = c.checkpoint;
-    if (ck.every > 0 || ck.every_minutes > 0 || ck.at_end)  // fail now, not at the first checkpoint
+    if (ck.every > 0 || ck.every_minutes > 0 || ck.at_end) {  // fail now, not at the first checkpoint
+      dir_lock.acquire(ck.dir, g.world());
       io::check_checkpoint_dir(ck.dir, g.world(), io::checkpoint_bytes_estimate(ckpt->tensors()));
+    }
     last_ckpt_time = now();
   }
 

@@ -306,6 +306,25 @@ TEST(Checkpoint, AutoFallsBackWhenTheNewestWasWrittenForAnotherModel) {
   EXPECT_TRUE(contains(load_error(p20), "another model")) << load_error(p20);
 }
 
+// Issue [N]: `latest` may only name files of checkpoint.dir itself.
+TEST(Checkpoint, LatestNamingAFileOutsideTheDirectoryIsRefused) {
+  const auto self = comm::Communicator::self();
+  const std::string dir = fresh_dir("latest_outside");
+  const std::string other = fresh_dir("latest_outside_other");
+  save(other, 10);
+  save(dir, 5);
+  for (const std::string bad : {"../latest_outside_other/step_000010.h5", "/etc/passwd"}) {
+    std::ofstream(dir + "/latest") << bad << "\n";
+    try {
+      io::resolve_resume(dir, "auto", self);
+      ADD_FAILURE() << "latest naming " << bad << " was followed";
+    } catch (const core::CheckpointError& e) {
+      EXPECT_TRUE(contains(e.what(), "not a file of checkpoint.dir")) << e.what();
+      EXPECT_TRUE(contains(e.what(), bad)) << e.what();
+    }
+  }
+}
+
 TEST(Checkpoint, KeepsTheNewestN) {
   const std::string dir = fresh_dir("keep");
   for (int s = 1; s <= 5; ++s) save(dir, s, /*keep=*/2);
@@ -454,6 +473,46 @@ TEST(TimingLog, RoundTripsCostModelAndComputeCpu) {
   const auto rows = io::TimingLog::read_steps("timing_rt.h5");
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_DOUBLE_EQ(rows[0].compute_cpu, 0.375);
+}
+
+// Issue [N]: the CSV copy keeps every double exactly (it had 12 significant
+// digits while the HDF5 log has full doubles).
+TEST(TimingLog, CsvRoundTripsTheHdf5Values) {
+  fs::remove("timing_csv.h5");
+  fs::remove("timing_csv.csv");
+  {
+    io::TimingLog log("timing_csv.h5", "timing_csv.csv", comm::Communicator::self(), io::RestartRecord{});
+    io::TimingRecord rec;
+    rec.loss = 2.0 / 3.0 + 1e-15;
+    rec.lr = 1.0 / 7.0;
+    rec.compute_cpu = 0.1 + 0.2;
+    log.append(rec);
+  }
+  const auto rows = io::TimingLog::read_steps("timing_csv.h5");
+  ASSERT_EQ(rows.size(), 1u);
+  std::ifstream in("timing_csv.csv");
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  auto column = [](const std::string& line, int k) {
+    std::stringstream ss(line);
+    std::string cell;
+    for (int i = 0; i <= k; ++i) std::getline(ss, cell, ',');
+    return cell;
+  };
+  auto index_of = [&](const std::string& name) {
+    std::stringstream ss(header);
+    std::string cell;
+    for (int i = 0; std::getline(ss, cell, ','); ++i)
+      if (cell == name) return i;
+    return -1;
+  };
+  for (const auto& [name, value] : {std::pair<std::string, double>{"loss", rows[0].loss}, {"lr", rows[0].lr},
+                                    {"compute_cpu", rows[0].compute_cpu}}) {
+    const int k = index_of(name);
+    ASSERT_GE(k, 0) << name << " not in " << header;
+    EXPECT_EQ(std::stod(column(row, k)), value) << name << ": CSV '" << column(row, k) << "'";
+  }
 }
 
 // A log of another format version is refused with the file and the rule named,

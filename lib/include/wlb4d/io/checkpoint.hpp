@@ -161,6 +161,28 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step);
 /// for the deck, /state and the file's own structures. Same on every rank.
 std::uint64_t checkpoint_bytes_estimate(const std::vector<TensorRef>& tensors);
 
+/// Exclusive lock of a checkpoint.dir for the life of a run: two runs on one
+/// directory would overwrite each other's files and `latest`. Rank 0 holds a
+/// POSIX record lock (fcntl F_SETLK) on DIR/.wlb4d.lock and writes its host,
+/// pid and start time into it; the kernel releases the lock when the process
+/// ends, however it ends, so a crashed run leaves no stale lock (works on
+/// local file systems and NFS/Lustre mounts with locking enabled).
+class CheckpointDirLock {
+ public:
+  CheckpointDirLock() = default;
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+  /// Collective over `world`. \throws core::CheckpointError on every rank if
+  /// another process holds the lock, naming the directory and the holder
+  /// (host, pid, start time), or if the directory cannot be created.
+  void acquire(const std::string& dir, const comm::Communicator& world);
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
 /// Start-up check of checkpoint.dir (collective over `world`; rank 0 looks):
 /// it exists or can be created, a file can be created in it, and its file
 /// system has at least `bytes` free — so a read-only or nearly full directory

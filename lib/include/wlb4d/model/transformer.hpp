@@ -212,6 +212,17 @@ class Transformer {
     std::size_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
 
+  /// One layer's saved activations of a slot for T tokens, in Field order.
+  struct LayerViews {
+    View2<Scalar> x_in;
+    View1<Scalar> rstd1;
+    View2<Scalar> xn1;
+    View3<Scalar> q, k, v, o;
+    View2<Scalar> lse, h1;
+    View1<Scalar> rstd2;
+    View2<Scalar> xn2, gate, up, act;
+  };
+  LayerViews layer_views(int slot, int l, std::int64_t T) const;
   static Recompute recompute_mode(const core::ModelConfig& cfg, int local_layer);
   static bool keeps(Recompute r, Field f);
   void attention_block_forward(int slot, int l, const MicroBatchInput& mb);

@@ -52,7 +52,8 @@ class Optimizer {
   /// grid.tp() and grid.pp().
   /// \param loss the step's token-level loss (already reduced): checked for
   ///        NaN/inf together with the norm.
-  /// \throws core::NumericsError naming the step and, where a gradient is
+  /// \throws core::NumericsError naming the step (step + 1: counted from 1,
+  ///         as on the progress lines) and, where a gradient is
   ///         non-finite, the first such tensor on this rank ("gradient of
   ///         layers.0.attn.wq"), else "the loss" or "the global gradient norm".
   UpdateResult step(std::int64_t step, double loss);
