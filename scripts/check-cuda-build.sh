@@ -63,7 +63,8 @@ if [ -n "$ours" ]; then
   exit 1
 fi
 # The kernels really went through nvcc: the model library carries sm_90 device code.
-if ! objdump -h "$BUILD_DIR/lib/libwlb4d_model.a" 2>/dev/null | grep -q nv_fatbin; then
+# (grep without -q: an early exit would SIGPIPE objdump and fail the pipe under pipefail)
+if ! objdump -h "$BUILD_DIR/lib/libwlb4d_model.a" 2>/dev/null | grep nv_fatbin >/dev/null; then
   echo "check-cuda-build: $BUILD_DIR/lib/libwlb4d_model.a has no device code (nv_fatbin): not compiled by nvcc" >&2
   exit 1
 fi
