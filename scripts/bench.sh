@@ -6,6 +6,11 @@
 #
 #   scripts/bench.sh                      # quickstart + gpt2-small decks, all layouts
 #   DECKS="inputs/bench-quickstart.ini" LAYOUTS="1 dp2" scripts/bench.sh
+#
+# Layouts: 1 (1 rank x 1 thread), dp2/tp2/pp2 (2 ranks x 1 thread) and, when
+# the build's Kokkos has the OpenMP backend, 1x2t (1 rank x 2 threads: the
+# hybrid MPI+OpenMP alternative to dp2 on the same two cores; kernels and
+# OpenBLAS both use the threads, OMP_PROC_BIND=spread OMP_PLACES=cores).
 #   OPENBLAS_MODE=native scripts/bench.sh # unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this run
 #   NICE=-15 scripts/bench.sh             # run at a higher priority (as root) on a shared, busy machine
 #
@@ -23,7 +28,16 @@ BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/app
 OUT=${OUT:-runs/bench}
 DECKS=${DECKS:-"inputs/bench-quickstart.ini inputs/bench-gpt2-small.ini"}
-LAYOUTS=${LAYOUTS:-"1 dp2 tp2 pp2"}
+# The Kokkos the build used: its KokkosConfig*.cmake lists the devices.
+kokkos_dir=$(sed -n 's/^Kokkos_DIR:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null || true)
+KOKKOS_OPENMP=0
+grep -qsiE 'set\(Kokkos_DEVICES .*OPENMP' "$kokkos_dir"/KokkosConfig*.cmake && KOKKOS_OPENMP=1
+if [ "$KOKKOS_OPENMP" = 1 ]; then
+  LAYOUTS=${LAYOUTS:-"1 1x2t dp2 tp2 pp2"}
+else
+  LAYOUTS=${LAYOUTS:-"1 dp2 tp2 pp2"}
+  echo "bench: Kokkos at ${kokkos_dir:-?} has no OpenMP backend: no 1 rank x 2 threads row"
+fi
 MICRO_BATCHES=${MICRO_BATCHES:-8}
 RUN=""
 [ -n "${NICE:-}" ] && RUN="nice -n $NICE"
@@ -45,25 +59,30 @@ print(max(float(r[-1]) for r in rows) if rows else 0)' ) || PEAK=0
 echo "bench: SGEMM peak (1 core, KokkosBlas::gemm -> BLAS, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}): ${PEAK} GFLOP/s"
 
 RESULTS="$OUT/results.csv"
-echo "deck,layout,ranks,tokens_per_s,gflops,peak_share,step_ms,cpu_ms,forward_ms,backward_ms,tp_ms,p2p_ms,cp_ms,dp_ms,optim_ms,peak_mib,sgemm_peak" > "$RESULTS"
+echo "deck,layout,ranks,threads,tokens_per_s,gflops,peak_share,step_ms,cpu_ms,forward_ms,backward_ms,tp_ms,p2p_ms,cp_ms,dp_ms,optim_ms,peak_mib,sgemm_peak" > "$RESULTS"
 for deck in $DECKS; do
   for lay in $LAYOUTS; do
     case $lay in
-      1)   n=1; ov="" ;;
-      dp2) n=2; ov="--parallel.dp=2" ;;
-      tp2) n=2; ov="--parallel.tp=2" ;;
-      pp2) n=2; ov="--parallel.pp=2" ;;
+      1)   n=1; th=1; ov="" ;;
+      1x2t) n=1; th=2; ov="" ;;
+      dp2) n=2; th=1; ov="--parallel.dp=2" ;;
+      tp2) n=2; th=1; ov="--parallel.tp=2" ;;
+      pp2) n=2; th=1; ov="--parallel.pp=2" ;;
       *)   echo "bench: unknown layout $lay"; exit 1 ;;
     esac
     name=$(basename "$deck" .ini)-$lay
     csvf="$OUT/$name.csv"; rm -f "$csvf"
     log="$OUT/$name.log"
-    if ! $RUN mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --train.micro_batches=$MICRO_BATCHES --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
+    # Bind only a multi-threaded rank: single-threaded ranks started by an
+    # unbinding mpiexec would all be pinned to the first core.
+    bind=false; [ "$th" -gt 1 ] && bind=spread
+    if ! OMP_NUM_THREADS=$th KOKKOS_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_PROC_BIND=$bind OMP_PLACES=cores \
+         $RUN mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --train.micro_batches=$MICRO_BATCHES --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
       echo "bench: $name failed (see $log)"; continue
     fi
-    /usr/bin/env python3 - "$csvf" "$log" "$deck" "$lay" "$n" "$PEAK" >> "$RESULTS" <<'PY'
+    /usr/bin/env python3 - "$csvf" "$log" "$deck" "$lay" "$n" "$PEAK" "$th" >> "$RESULTS" <<'PY'
 import csv, re, statistics, sys
-f, log, deck, lay, n, peak = sys.argv[1:]
+f, log, deck, lay, n, peak, th = sys.argv[1:]
 rows = list(csv.DictReader(open(f)))
 steps = sorted({int(r["step"]) for r in rows})
 keep = [s for s in steps if s >= 1] or steps          # step 0 warms up caches and BLAS
@@ -78,8 +97,8 @@ def cat(c): return 1e3 * statistics.mean(float(r["t_" + c]) for s in keep for r 
 cpu = 1e3 * statistics.median(max(float(r.get("compute_cpu") or 0) for r in by(s)) for s in keep)
 m = re.search(r"peak memory per rank (\d+)-(\d+) MiB", open(log).read())
 mem = m.group(2) if m else ""
-share = gfl / (float(peak) * int(n)) if float(peak) > 0 else 0
-print(f"{deck.split('/')[-1][:-4]},{lay},{n},{tokens/med:.0f},{gfl:.2f},{share:.3f},{med*1e3:.0f},{cpu:.0f},"
+share = gfl / (float(peak) * int(n) * int(th)) if float(peak) > 0 else 0
+print(f"{deck.split('/')[-1][:-4]},{lay},{n},{th},{tokens/med:.0f},{gfl:.2f},{share:.3f},{med*1e3:.0f},{cpu:.0f},"
       f"{cat('forward'):.0f},{cat('backward'):.0f},{cat('tp_comm'):.0f},{cat('p2p_wait'):.0f},{cat('cp_comm'):.0f},"
       f"{cat('dp_reduce'):.0f},{cat('optimizer'):.0f},{mem},{float(peak):.1f}")
 PY
@@ -117,4 +136,4 @@ for name, ms, vals in out:
         print(f"{name:38s} {ms:8.2f} {g:8.2f} GB/s     {s}{ex}")
 ' "$PEAK"
 fi
-echo "bench: CSV in $RESULTS (share = achieved model GFLOP/s / (ranks x 1-core SGEMM peak))"
+echo "bench: CSV in $RESULTS (share = achieved model GFLOP/s / (ranks x threads x 1-core SGEMM peak))"

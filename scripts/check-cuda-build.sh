@@ -1,21 +1,73 @@
 #!/usr/bin/env bash
-# Compiles the GPU path where a CUDA toolkit with NCCL is installed but no GPU
-# or CUDA Kokkos is (CI; hpc-conventions §0.2): -DWLB4D_ENABLE_CUDA=ON builds
-# the NCCL backend of wlb::comm against the toolkit's NCCL, the NCCL-attaching
-# ProcessGrid::use_backend, the device-staging code paths and the gpu-labelled
-# tests, with the host Kokkos. Then runs what can run without a GPU: the clear
-# refusal of comm.backend=nccl on host memory. Skips (exit 0) without nvcc/NCCL.
-#   scripts/check-cuda-build.sh          # BUILD_DIR=build-cuda
+# Compiles the WHOLE tree (library, apps, tests, bench) for the GPU
+# (-DWLB4D_ENABLE_CUDA=ON) against a CUDA Kokkos + Kokkos Kernels (cuBLAS)
+# built from the vendored sources by scripts/build-kokkos.sh (develop snapshot
+# + CUDA 13 patch, Kokkos_ARCH_HOPPER90; DESIGN §12). Compile only: there is
+# no GPU here, so nothing runs (a CUDA Kokkos cannot initialise without one).
+# Fails on any compile error and on any warning located in the project's own
+# files (lib/, app/, tests/, bench/).
+#
+# Skips (exit 0, a line starting with "skipped:") without nvcc + NCCL or
+# without the vendor folder (WLB4D_VENDOR_DIR, else ../shared/vendor).
+#   scripts/check-cuda-build.sh        # BUILD_DIR=build-cuda, cache WLB4D_DEPS_CACHE
+#   KOKKOS_PREFIX=/opt/kokkos-cuda scripts/check-cuda-build.sh   # an existing CUDA Kokkos
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-cuda}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+DEPS_CACHE=${WLB4D_DEPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wlb4d-deps}
+JOBS=${JOBS:-$(nproc)}
 if [ ! -x "$CUDA_HOME/bin/nvcc" ] || [ ! -f "$CUDA_HOME/include/nccl.h" ]; then
-  echo "check-cuda-build: no CUDA toolkit with NCCL under $CUDA_HOME; skipped"
+  echo "skipped: check-cuda-build: no CUDA toolkit with NCCL under $CUDA_HOME"
   exit 0
 fi
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DWLB4D_ENABLE_CUDA=ON -DWLB4D_ENABLE_BENCH=OFF \
-      -DCUDAToolkit_ROOT="$CUDA_HOME" ${CMAKE_ARGS:-}
-cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target wlb4d test_comm_nccl test_comm_collectives
-(cd "$BUILD_DIR" && ctest --output-on-failure -R "app_train_nccl_unavailable|test_comm_collectives")
-echo "check-cuda-build: GPU path compiled with NCCL $(grep -m1 -E '^#define NCCL_VERSION_CODE' "$CUDA_HOME/include/nccl.h" | awk '{print $3}')"
+if [ -z "${KOKKOS_PREFIX:-}" ]; then
+  CUDA_HOME=$CUDA_HOME scripts/build-kokkos.sh cuda "$DEPS_CACHE"
+  # shellcheck disable=SC1090
+  . "$DEPS_CACHE/cuda.env"
+  if [ "$KOKKOS_STATUS" = skipped ]; then
+    echo "skipped: check-cuda-build: no CUDA Kokkos ($KOKKOS_REASON)"
+    exit 0
+  fi
+fi
+# No ccache launcher: Kokkos redirects each compile line to nvcc_wrapper
+# (kokkos_launch_compiler) only when it starts with the C++ compiler itself;
+# behind `ccache g++` it would silently compile for the host.
+export PATH=$CUDA_HOME/bin:$PATH
+mkdir -p "$BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DWLB4D_ENABLE_CUDA=ON -DWLB4D_ENABLE_BENCH=ON \
+      -DWLB4D_NATIVE_ARCH=OFF -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
+      -DCMAKE_PREFIX_PATH="$KOKKOS_PREFIX" -DKokkos_ROOT="$KOKKOS_PREFIX" -DKokkosKernels_ROOT="$KOKKOS_PREFIX" \
+      -DCUDAToolkit_ROOT="$CUDA_HOME" ${CMAKE_ARGS:-} >"$BUILD_DIR/wlb4d-configure.log" 2>&1 ||
+  { cat "$BUILD_DIR/wlb4d-configure.log"; exit 1; }
+if grep -q "has no CUDA backend" "$BUILD_DIR/wlb4d-configure.log" ||
+   ! grep -q "wlb4d: Kokkos .* devices: .*CUDA" "$BUILD_DIR/wlb4d-configure.log"; then
+  grep "wlb4d:" "$BUILD_DIR/wlb4d-configure.log"
+  echo "check-cuda-build: the Kokkos at $KOKKOS_PREFIX has no CUDA backend" >&2
+  exit 1
+fi
+t0=$SECONDS
+log=$BUILD_DIR/wlb4d-build.log
+if ! cmake --build "$BUILD_DIR" -j "$JOBS" >"$log" 2>&1; then
+  grep -E -B2 -A6 "error" "$log" | head -150
+  echo "check-cuda-build: the CUDA compile failed (full log: $log)" >&2
+  exit 1
+fi
+# Warnings of ours: gcc (file:line:col: warning:) and nvcc/cudafe (file(line): warning #...)
+# located in the project's own files.
+src=$(pwd)
+ours=$(grep -E "^($src/)?(lib|app|tests|bench)/[^ ]*(:[0-9]+:[0-9]+: warning|\([0-9]+\): warning)" "$log" | sort -u || true)
+if [ -n "$ours" ]; then
+  echo "$ours"
+  echo "check-cuda-build: $(wc -l <<<"$ours") warning(s) in the project's files (full log: $log)" >&2
+  exit 1
+fi
+# The kernels really went through nvcc: the model library carries sm_90 device code.
+# (grep without -q: an early exit would SIGPIPE objdump and fail the pipe under pipefail)
+if ! objdump -h "$BUILD_DIR/lib/libwlb4d_model.a" 2>/dev/null | grep nv_fatbin >/dev/null; then
+  echo "check-cuda-build: $BUILD_DIR/lib/libwlb4d_model.a has no device code (nv_fatbin): not compiled by nvcc" >&2
+  exit 1
+fi
+ntargets=$(grep -cE "Linking CXX (executable|static library)" "$log" || true)
+echo "check-cuda-build: whole tree compiled for CUDA (sm_90) against $(grep -m1 'wlb4d: Kokkos' "$BUILD_DIR/wlb4d-configure.log" | sed 's/.*wlb4d: //'),"
+echo "  NCCL $(grep -m1 -E '^#define NCCL_VERSION_CODE' "$CUDA_HOME/include/nccl.h" | awk '{print $3}'), $ntargets targets linked, 0 warnings of ours, $((SECONDS - t0)) s"

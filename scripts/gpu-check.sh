@@ -7,7 +7,8 @@
 #
 # Run on a GPU node (cluster: `srun -N1 --gpus-per-node=2 scripts/gpu-check.sh`,
 # after `spack env activate .` with the +cuda Kokkos of spack.yaml), or on a
-# lent GPU machine. Needs a CUDA-enabled Kokkos (Kokkos_DIR / CMAKE_PREFIX_PATH);
+# lent GPU machine. Needs a CUDA-enabled Kokkos (KOKKOS_PREFIX, Kokkos_DIR /
+# CMAKE_PREFIX_PATH, or the vendored sources through scripts/build-kokkos.sh);
 # refuses to run on a host-only Kokkos, where "GPU" results would be CPU ones.
 #
 #   scripts/gpu-check.sh                       # build-gpu/, all checks
@@ -23,8 +24,20 @@ MPIEXEC=${MPIEXEC:-mpiexec}
 command -v nvidia-smi >/dev/null && nvidia-smi -L || { echo "gpu-check: no GPU visible (nvidia-smi)"; exit 1; }
 NGPU=$(nvidia-smi -L | grep -c '^GPU' || true)
 
+# A CUDA Kokkos: KOKKOS_PREFIX, else whatever CMAKE_ARGS/Kokkos_DIR/Spack give,
+# else one built from the vendored sources (scripts/build-kokkos.sh cuda;
+# needs ../shared/vendor or WLB4D_VENDOR_DIR, about 4 minutes on 2 cores).
+if [ -z "${KOKKOS_PREFIX:-}" ] && [ -z "${Kokkos_DIR:-}${Kokkos_ROOT:-}${SPACK_ENV:-}" ]; then
+  DEPS_CACHE=${WLB4D_DEPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wlb4d-deps}
+  scripts/build-kokkos.sh cuda "$DEPS_CACHE" || exit 1
+  . "$DEPS_CACHE/cuda.env"
+  [ "$KOKKOS_STATUS" = skipped ] && KOKKOS_PREFIX=
+fi
+kk_args=()
+[ -n "${KOKKOS_PREFIX:-}" ] && kk_args=(-DCMAKE_PREFIX_PATH="$KOKKOS_PREFIX" -DKokkos_ROOT="$KOKKOS_PREFIX"
+                                        -DKokkosKernels_ROOT="$KOKKOS_PREFIX")
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DWLB4D_ENABLE_CUDA=ON -DWLB4D_NATIVE_ARCH=OFF \
-      -DWLB4D_ENABLE_BENCH=ON ${CMAKE_ARGS:-} | tee "$BUILD_DIR.configure.log"
+      -DWLB4D_ENABLE_BENCH=ON "${kk_args[@]}" ${CMAKE_ARGS:-} | tee "$BUILD_DIR.configure.log"
 if grep -q "has no CUDA backend" "$BUILD_DIR.configure.log"; then
   echo "gpu-check: the Kokkos found has no CUDA backend; point Kokkos_DIR at a +cuda Kokkos (spack.yaml)"
   exit 1

@@ -1,20 +1,60 @@
 #!/usr/bin/env bash
-# The test command: install dependencies, build, run the ctest suite (every
-# label except gpu), then compile the GPU path if a CUDA toolkit with NCCL is
-# installed (WLB4D_CUDA_COMPILE_CHECK=0 skips it). Exits non-zero on any
-# failure or timeout.
-#   scripts/test.sh                 # whole suite
-#   CTEST_ARGS="-L unit" scripts/test.sh   # a subset
+# The test command, in parts (each timed; a summary says which ran, which
+# skipped and why):
+#   1. debian   install dependencies, build against Debian's Kokkos 3.4, run
+#               the ctest suite (every label except gpu);
+#   2. kokkos4  build against Kokkos 4 OpenMP from ../shared/vendor and rerun
+#               the suite (minus slurm) there (scripts/check-kokkos4.sh);
+#   3. cuda     compile the whole tree for CUDA against a CUDA Kokkos from
+#               ../shared/vendor (scripts/check-cuda-build.sh).
+# Parts 2-3 skip (and say so) without the vendor folder (WLB4D_VENDOR_DIR) or
+# the CUDA toolkit; WLB4D_KOKKOS4_CHECK=0 / WLB4D_CUDA_COMPILE_CHECK=0 skip
+# them on purpose. Built Kokkos prefixes are cached in WLB4D_DEPS_CACHE
+# (default ~/.cache/wlb4d-deps). Exits non-zero on any failure or timeout.
+#   scripts/test.sh                 # everything
+#   CTEST_ARGS="-L unit" scripts/test.sh   # a subset (in parts 1 and 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-scripts/build.sh
-# One-node Slurm for the `slurm` ctest label (those tests skip if it cannot start).
-if [ "${WLB4D_START_SLURM:-1}" = 1 ]; then
-  tests/slurm/start-slurm.sh || echo "slurm: not started, slurm tests will skip"
+summary=()
+logdir=$(mktemp -d)
+part() {  # part NAME COMMAND...: runs it, records ran/skipped/FAILED and its time
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  echo "==== part $name: $*"
+  "$@" 2>&1 | tee "$logdir/$name.log" || rc=${PIPESTATUS[0]}
+  local dt=$((SECONDS - t0)) why
+  if [ "$rc" != 0 ]; then
+    summary+=("$(printf '%-8s FAILED (exit %s)  %4d s' "$name" "$rc" "$dt")")
+  elif why=$(grep -m1 '^skipped: ' "$logdir/$name.log"); then
+    summary+=("$(printf '%-8s skipped  %4d s  %s' "$name" "$dt" "${why#skipped: }")")
+  else
+    summary+=("$(printf '%-8s ran      %4d s' "$name" "$dt")")
+  fi
+  return "$rc"
+}
+print_summary() {
+  echo "==== test.sh summary"
+  printf '  %s\n' "${summary[@]}"
+}
+# Chained with &&: part() runs its command on the left of ||, where bash ignores set -e.
+debian() {
+  scripts/install-deps.sh && scripts/build.sh || return 1
+  # One-node Slurm for the `slurm` ctest label (those tests skip if it cannot start).
+  if [ "${WLB4D_START_SLURM:-1}" = 1 ]; then
+    tests/slurm/start-slurm.sh || echo "slurm: not started, slurm tests will skip"
+  fi
+  (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -LE gpu -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-})
+}
+skip() { echo "skipped: $*"; }
+trap 'print_summary; rm -rf "$logdir"' EXIT
+part debian debian
+if [ "${WLB4D_KOKKOS4_CHECK:-1}" = 1 ]; then
+  part kokkos4 env -u BUILD_DIR scripts/check-kokkos4.sh
+else
+  part kokkos4 skip "WLB4D_KOKKOS4_CHECK=0"
 fi
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -LE gpu -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-})
-# The GPU path compiles wherever a CUDA toolkit with NCCL is installed (no GPU needed).
 if [ "${WLB4D_CUDA_COMPILE_CHECK:-1}" = 1 ]; then
-  scripts/check-cuda-build.sh
+  part cuda env -u BUILD_DIR scripts/check-cuda-build.sh
+else
+  part cuda skip "WLB4D_CUDA_COMPILE_CHECK=0"
 fi

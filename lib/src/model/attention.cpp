@@ -45,8 +45,29 @@ using Scratch = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::Memory
 // block of the tile GEMM: 4 rows × two SIMD vectors (8 accumulators, which
 // leaves registers for the B row and the broadcast with SSE2's 16 xmm; 16
 // accumulators spilled to the stack).
-constexpr int kBQ = 64;  // queries per tile
-constexpr int kBK = 64;  // keys per tile
+//
+// Per execution space (TileShape below): the host keeps 64 × 64 (its "team
+// scratch" is ordinary memory, the tiles live in L1/L2). A CUDA team's scratch
+// must fit the 48 KiB per block that every GPU gives without an opt-in
+// (Hopper allows up to 227 KiB only with cudaFuncSetAttribute, which Kokkos
+// does not do for level 0): with kBQ = 32 queries × kBK = 16 keys and the
+// head dim padded to a multiple of CB = 8 floats, fp32 at D = 64 needs
+// forward 27 KiB, dK/dV 37 KiB, dQ 41 KiB per team (attention_tiles()
+// reports them; test_model_attention checks the 48 KiB on the device). Larger
+// heads (D = 128: 50/68/76 KiB) or fp64 fall back to level-1 scratch (global
+// memory, correct but slower); see scratch_level().
+template <class Space> struct TileShape {
+  static constexpr int bq = 64;  // queries per tile
+  static constexpr int bk = 64;  // keys per tile
+};
+#if defined(KOKKOS_ENABLE_CUDA)
+template <> struct TileShape<Kokkos::Cuda> {
+  static constexpr int bq = 32;
+  static constexpr int bk = 16;
+};
+#endif
+constexpr int kBQ = TileShape<ExecSpace>::bq;
+constexpr int kBK = TileShape<ExecSpace>::bk;
 constexpr int kRB = 4;   // register-block rows
 #if defined(__AVX__) && !defined(__CUDA_ARCH__)
 constexpr int kSimdFloats = 8;
@@ -427,8 +448,45 @@ void check_same3(const char* fn, const char* name, const V& x, const W& ref, con
                                 refname);
 }
 
-/// Level-0 (fast, on-chip) scratch if the tiles fit, else level 1; the tile
-/// sizes are tuned for the host, where level 0 is ordinary memory.
+/// Per-team scratch bytes of the three kernels (Dp: padded head dim).
+template <class Scalar>
+std::size_t forward_scratch_bytes(int Dp) {
+  return Scratch<Scalar>::shmem_size(kBQ * Dp)    // Qs
+         + Scratch<Scalar>::shmem_size(Dp * kBK)  // Kt
+         + Scratch<Scalar>::shmem_size(kBK * Dp)  // Vs
+         + Scratch<Scalar>::shmem_size(kBQ * kBK) // S / P
+         + Scratch<Scalar>::shmem_size(kBQ * Dp)  // O accumulator
+         + 2 * Scratch<Scalar>::shmem_size(kBQ)   // m, l
+         + 2 * Scratch<int>::shmem_size(kBQ)      // lo, hi
+         + 2 * Scratch<int>::shmem_size(kBQ / kRB);  // band hulls
+}
+
+template <class Scalar>
+std::size_t dkdv_scratch_bytes(int Dp) {
+  return 2 * Scratch<Scalar>::shmem_size(Dp * kBK)    // Kt, Vt
+         + 2 * Scratch<Scalar>::shmem_size(kBQ * Dp)  // Qs, dOs
+         + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
+         + 2 * Scratch<Scalar>::shmem_size(kBK * Dp)  // dK, dV acc
+         + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
+         + 2 * Scratch<int>::shmem_size(kBQ)          // lo, hi
+         + 2 * Scratch<int>::shmem_size(kBQ / kRB)    // query band hulls
+         + 2 * Scratch<int>::shmem_size(kBK / kRB);   // key band hulls
+}
+
+template <class Scalar>
+std::size_t dq_scratch_bytes(int Dp) {
+  return 2 * Scratch<Scalar>::shmem_size(Dp * kBK)    // Kt, Vt
+         + Scratch<Scalar>::shmem_size(kBK * Dp)      // Ks
+         + 2 * Scratch<Scalar>::shmem_size(kBQ * Dp)  // Qs, dOs
+         + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
+         + Scratch<Scalar>::shmem_size(kBQ * Dp)      // dQ acc
+         + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
+         + 2 * Scratch<int>::shmem_size(kBQ)          // lo, hi
+         + 2 * Scratch<int>::shmem_size(kBQ / kRB);   // band hulls
+}
+
+/// Level-0 (fast, on-chip) scratch if the tiles fit, else level 1 (see
+/// TileShape for what fits where).
 inline int scratch_level(std::size_t bytes) {
   return bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
 }
@@ -451,14 +509,7 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
   const int nqt = (T + kBQ - 1) / kBQ;
   const Scalar neg_inf = -std::numeric_limits<Scalar>::infinity();
 
-  const std::size_t bytes = Scratch<Scalar>::shmem_size(kBQ * Dp)    // Qs
-                            + Scratch<Scalar>::shmem_size(Dp * kBK)  // Kt
-                            + Scratch<Scalar>::shmem_size(kBK * Dp)  // Vs
-                            + Scratch<Scalar>::shmem_size(kBQ * kBK) // S / P
-                            + Scratch<Scalar>::shmem_size(kBQ * Dp)  // O accumulator
-                            + 2 * Scratch<Scalar>::shmem_size(kBQ)   // m, l
-                            + 2 * Scratch<int>::shmem_size(kBQ)      // lo, hi
-                            + 2 * Scratch<int>::shmem_size(kBQ / kRB);  // band hulls
+  const std::size_t bytes = forward_scratch_bytes<Scalar>(Dp);
   const int lvl = scratch_level(bytes);
 
   Kokkos::parallel_for(
@@ -584,14 +635,7 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
   // heads of its group and the query tiles that may see it (Alg. 2 lines
   // 5-20 without the dQ update, which would need atomics).
   if (S > 0 && Hkv > 0) {
-    const std::size_t bytes = 2 * Scratch<Scalar>::shmem_size(Dp * kBK)    // Kt, Vt
-                              + 2 * Scratch<Scalar>::shmem_size(kBQ * Dp)  // Qs, dOs
-                              + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
-                              + 2 * Scratch<Scalar>::shmem_size(kBK * Dp)  // dK, dV acc
-                              + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
-                              + 2 * Scratch<int>::shmem_size(kBQ)          // lo, hi
-                              + 2 * Scratch<int>::shmem_size(kBQ / kRB)    // query band hulls
-                              + 2 * Scratch<int>::shmem_size(kBK / kRB);   // key band hulls
+    const std::size_t bytes = dkdv_scratch_bytes<Scalar>(Dp);
     const int lvl = scratch_level(bytes);
     Kokkos::parallel_for(
         "wlb::model::attention_backward_dkdv",
@@ -673,14 +717,7 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
   // ---- dQ: one team per (query head, query tile) (Alg. 2 lines 13-14,
   // accumulated in scratch instead of atomically in global memory).
   if (T > 0 && Hq > 0) {
-    const std::size_t bytes = 2 * Scratch<Scalar>::shmem_size(Dp * kBK)    // Kt, Vt
-                              + Scratch<Scalar>::shmem_size(kBK * Dp)      // Ks
-                              + 2 * Scratch<Scalar>::shmem_size(kBQ * Dp)  // Qs, dOs
-                              + 2 * Scratch<Scalar>::shmem_size(kBQ * kBK) // S/P, dP/dS
-                              + Scratch<Scalar>::shmem_size(kBQ * Dp)      // dQ acc
-                              + 2 * Scratch<Scalar>::shmem_size(kBQ)       // lse, D
-                              + 2 * Scratch<int>::shmem_size(kBQ)          // lo, hi
-                              + 2 * Scratch<int>::shmem_size(kBQ / kRB);   // band hulls
+    const std::size_t bytes = dq_scratch_bytes<Scalar>(Dp);
     const int lvl = scratch_level(bytes);
     Kokkos::parallel_for(
         "wlb::model::attention_backward_dq",
@@ -782,12 +819,26 @@ double attention_flops_forward_backward(HostCIntVec kv_lo, HostCIntVec kv_hi,
          attention_flops_forward(kv_lo, kv_hi, num_keys, heads_q, head_dim);
 }
 
+template <class Scalar>
+AttentionTiles attention_tiles(int head_dim) {
+  const int Dp = attn_impl::round_up(head_dim, attn_impl::BlockCols<Scalar>::value);
+  AttentionTiles r;
+  r.queries = attn_impl::kBQ;
+  r.keys = attn_impl::kBK;
+  r.forward_bytes = attn_impl::forward_scratch_bytes<Scalar>(Dp);
+  r.dkdv_bytes = attn_impl::dkdv_scratch_bytes<Scalar>(Dp);
+  r.dq_bytes = attn_impl::dq_scratch_bytes<Scalar>(Dp);
+  r.level0_max_bytes = static_cast<std::size_t>(attn_impl::Policy::scratch_size_max(0));
+  return r;
+}
+
 #define WLB4D_INSTANTIATE_ATTENTION(S)                                                        \
   template void attention_forward<S>(CView3<S>, CView3<S>, CView3<S>, CView1<std::int32_t>,  \
                                      CView1<std::int32_t>, S, View3<S>, View2<S>);           \
   template void attention_backward<S>(CView3<S>, CView3<S>, CView3<S>, CView3<S>, CView3<S>, \
                                       CView2<S>, CView1<std::int32_t>, CView1<std::int32_t>, \
-                                      S, View3<S>, View3<S>, View3<S>);
+                                      S, View3<S>, View3<S>, View3<S>);              \
+  template AttentionTiles attention_tiles<S>(int);
 WLB4D_INSTANTIATE_ATTENTION(float)
 WLB4D_INSTANTIATE_ATTENTION(double)
 #undef WLB4D_INSTANTIATE_ATTENTION

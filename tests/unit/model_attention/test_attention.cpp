@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -368,6 +369,31 @@ TEST(Attention, ShapeErrorsThrow) {
   EXPECT_THROW(attention_forward(q, k, vD, lo, hi, 0.25, out, lse), std::invalid_argument);
   EXPECT_THROW(attention_forward(q, k, v, lo, hi7, 0.25, out, lse), std::invalid_argument);
   EXPECT_NO_THROW(attention_forward(q, k, v, lo, hi, 0.25, out, lse));
+}
+
+// Tile shapes per execution space (attention.cpp, TileShape): on a GPU every
+// fp32 kernel's team scratch for D <= 64 must fit the default 48 KiB per team
+// (on-chip level 0); on the host the 64 × 64 tiles may use any amount.
+TEST(Attention, TilesFitTheTeamScratchOfTheSpace) {
+  const AttentionTiles t64 = attention_tiles<float>(64);
+  EXPECT_GT(t64.forward_bytes, 0u);
+  EXPECT_GE(t64.dq_bytes, t64.forward_bytes);
+  EXPECT_EQ(t64.queries % 4, 0);
+  EXPECT_EQ(t64.keys % 8, 0);
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (std::is_same<wlb::ExecSpace, Kokkos::Cuda>::value) {
+    EXPECT_EQ(t64.queries, 32);
+    EXPECT_EQ(t64.keys, 16);
+    const std::size_t limit = 48 * 1024;
+    EXPECT_LE(t64.forward_bytes, limit);
+    EXPECT_LE(t64.dkdv_bytes, limit);
+    EXPECT_LE(t64.dq_bytes, limit);
+    EXPECT_GE(t64.level0_max_bytes, limit);
+    return;
+  }
+#endif
+  EXPECT_EQ(t64.queries, 64);
+  EXPECT_EQ(t64.keys, 64);
 }
 
 TEST(Attention, FlopCount) {

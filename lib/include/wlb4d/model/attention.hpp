@@ -50,6 +50,7 @@
 
 #include "wlb4d/core/types.hpp"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace wlb::model {
@@ -97,6 +98,18 @@ void attention_backward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar
                         CView1<std::int32_t> kv_lo, CView1<std::int32_t> kv_hi,
                         no_deduce_t<Scalar> scale, View3<Scalar> dq, View3<Scalar> dk,
                         View3<Scalar> dv);
+
+/// Tile shape and per-team scratch of the three attention kernels on
+/// ExecSpace for a head dim (attention.cpp, TileShape: 64 × 64 on the host,
+/// 32 queries × 16 keys on CUDA so that fp32 tiles of D <= 64 fit the 48 KiB
+/// a GPU team gets by default). A kernel whose bytes exceed level0_max_bytes
+/// uses level-1 (global-memory) scratch instead. Host function.
+struct AttentionTiles {
+  int queries = 0, keys = 0;  ///< tile rows (queries) and columns (keys)
+  std::size_t forward_bytes = 0, dkdv_bytes = 0, dq_bytes = 0;
+  std::size_t level0_max_bytes = 0;  ///< TeamPolicy::scratch_size_max(0) of ExecSpace
+};
+template <class Scalar> AttentionTiles attention_tiles(int head_dim);
 
 /// Backward FLOPs per forward FLOP by the usual FlashAttention convention
 /// (5 matmuls vs 2). The kernel actually performs 7 tile matmuls (see file
