@@ -62,7 +62,9 @@ std::string version_report(const std::string& tool, const std::string& hdf5) {
                      kv / 100 % 100, kv % 100, kokkos_backends(), Kokkos::DefaultExecutionSpace::name());
   out += fmt::format("  MPI      {}\n", mpi_library());
   out += fmt::format("  HDF5     {}\n", hdf5);
-  out += fmt::format("  build    {} ({})\n", kBuildType[0] ? kBuildType : "no CMAKE_BUILD_TYPE", kCompiler);
+  std::string build_type(kBuildType);
+  if (build_type.empty()) build_type = "no CMAKE_BUILD_TYPE";
+  out += fmt::format("  build    {} ({})\n", build_type, std::string(kCompiler));
   return out;
 }
 
