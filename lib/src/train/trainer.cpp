@@ -136,6 +136,7 @@ struct Trainer::Impl {
     check_has_targets();
     cost = make_cost_model();
     packer = balance::make_packer(c, cost, wlb_length_sample());
+    warn_if_dataset_smaller_than_a_step();
     exec = std::make_unique<pipeline::Executor>(cfg, g, vocab);
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
@@ -203,6 +204,21 @@ struct Trainer::Impl {
 
   /// wlb with outlier_thresholds=auto tunes on a sample of document lengths:
   /// the first (up to 8192) documents of the training data, the same on every rank.
+  /// A training set smaller than one step's token budget is drawn several
+  /// times within every step (the stream wraps to the next epoch): legal, but
+  /// rarely meant, so say it once at start-up.
+  void warn_if_dataset_smaller_than_a_step() const {
+    const auto& d = train_ds.doc_offsets();
+    const std::int64_t docs = cfg.data.max_docs > 0 ? std::min(cfg.data.max_docs, train_ds.num_docs()) : train_ds.num_docs();
+    const std::int64_t tokens = std::int64_t(d[std::size_t(docs)]);
+    const std::int64_t budget = std::int64_t(cfg.train.micro_batches) * cfg.train.max_seq_len;
+    if (tokens < budget && grid.rank() == 0)
+      spdlog::warn("data.train='{}' holds {} tokens{}, less than one step's budget of {} (train.micro_batches x "
+                   "train.max_seq_len): every step repeats its documents about {:.1f} times",
+                   cfg.data.train, tokens, cfg.data.max_docs > 0 ? " (data.max_docs)" : "", budget,
+                   double(budget) / double(std::max<std::int64_t>(tokens, 1)));
+  }
+
   std::vector<std::int64_t> wlb_length_sample() const {
     std::vector<std::int64_t> lengths;
     if (cfg.balance.packer != "wlb" || cfg.balance.outlier_thresholds != "auto") return lengths;
