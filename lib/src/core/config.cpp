@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <charconv>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -29,16 +30,11 @@ template <class T> std::string show(const T& v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v ? "true" : "false";
   } else if constexpr (std::is_same_v<T, double>) {
-    // The shortest text that parses back to the same double: 0.0003 as written
-    // in a deck, not 0.00029999999999999997 (still round-trips through to_ini).
-    std::string text;
-    for (int prec = 1; prec <= 17; ++prec) {
-      std::ostringstream os;
-      os << std::setprecision(prec) << v;
-      text = os.str();
-      if (!std::isfinite(v) || std::strtod(text.c_str(), nullptr) == v) break;
-    }
-    return text;
+    // The shortest text that parses back to the same double (std::to_chars):
+    // 0.0003 and 600 as written in a deck, not 0.00029999999999999997 or 6e+02.
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+    return std::string(buf, r.ptr);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v;
   } else {
