@@ -103,13 +103,17 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
         stored += width_[f];
       }
   }
+  // Only the fields some layer does not keep take room in rec_ (none with
+  // model.recompute = none: no extra memory).
   rec_off_.assign(kNumFields, 0);
   std::int64_t rec = 0;
   for (int f = 0; f < kNumFields; ++f) {
+    bool needed = false;
+    for (int l = 0; l < nlayers_; ++l) needed = needed || field_off_[l][f] < 0;
     rec_off_[f] = rec;
-    rec += width_[f];
+    if (needed) rec += width_[f];
   }
-  rec_ = View1<Scalar>("wlb::model::recompute", rec * cap_);
+  if (rec > 0) rec_ = View1<Scalar>("wlb::model::recompute", rec * cap_);
   // Stage top: output hidden (every stage), and final norm + logits (last).
   const std::vector<std::int64_t> top_w = {d_, s.head ? 1 : 0, s.head ? d_ : 0, s.head ? vl_ : 0, s.head ? 1 : 0};
   top_off_.assign(kNumTop, 0);
