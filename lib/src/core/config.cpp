@@ -180,6 +180,11 @@ const std::vector<KeySpec>& key_table() {
               one_of({"gpipe", "1f1b", "interleaved", "bfs"})),
       WLB_KEY(int, parallel, virtual_stages, "model chunks per pipeline rank (interleaved, bfs)",
               at_least(1)),
+      WLB_KEY(int, parallel, zero,
+              "ZeRO stage: 0 replicated AdamW state | 1 AdamW moments sharded over the DP x CP gradient group",
+              in_range(0, 1)),
+      WLB_KEY(bool, parallel, sequence_parallel,
+              "sequence parallelism: norm/residual regions hold T/tp tokens (needs parallel.tp > 1)", any<bool>()),
       WLB_KEY(bool, parallel, print_coords, "print every rank's (dp,pp,cp,tp) at start-up", any<bool>()),
       // [data]
       WLB_KEY(std::string, data, train, "training token dataset (HDF5 path from wlb4d-prep)",
@@ -461,6 +466,10 @@ void validate(const Config& c) {
     fail(fmt::format("parallel.tp={} must divide model.kv_heads={}", p.tp, m.kv_heads));
   if (m.ffn_hidden % p.tp != 0)
     fail(fmt::format("parallel.tp={} must divide model.ffn_hidden={}", p.tp, m.ffn_hidden));
+  if (p.sequence_parallel && p.tp < 2)
+    fail(fmt::format("parallel.sequence_parallel=true needs parallel.tp > 1 (got parallel.tp={}): it splits the "
+                     "norm/residual tokens over the TP group",
+                     p.tp));
   if (m.layers < p.pp * p.virtual_stages)
     fail(fmt::format("model.layers={} must be >= parallel.pp*parallel.virtual_stages={} (every stage needs a layer)",
                      m.layers, p.pp * p.virtual_stages));
@@ -609,6 +618,7 @@ std::string layout_rules() {
          "  parallel.virtual_stages > 1 needs parallel.schedule = interleaved or bfs\n"
          "  parallel.dp divides train.micro_batches\n"
          "  parallel.schedule = interleaved with virtual_stages > 1: parallel.pp divides train.micro_batches/dp\n"
+         "  parallel.sequence_parallel = true needs parallel.tp > 1\n"
          "  parallel.cp: any count (each sequence or document is cut in 2*cp chunks)\n"
          "  the vocabulary may split unevenly over parallel.tp; model.vocab_size is 0 or >= the dataset's\n";
 }

@@ -63,6 +63,8 @@ struct ParallelConfig {
   int dp = 1, pp = 1, cp = 1, tp = 1;
   std::string schedule = "1f1b";   ///< gpipe | 1f1b | interleaved | bfs
   int virtual_stages = 1;          ///< model chunks per pipeline rank (interleaved/bfs)
+  int zero = 0;                    ///< ZeRO stage: 0 | 1 (AdamW moments sharded over DP×CP)
+  bool sequence_parallel = false;  ///< norm/residual regions hold T/tp tokens (needs tp > 1)
   bool print_coords = false;       ///< print every rank's (dp,pp,cp,tp) at start-up
   int world() const { return dp * pp * cp * tp; }
 };
