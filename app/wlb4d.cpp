@@ -58,10 +58,11 @@ int main(int argc, char** argv) {
     grid.use_backend(cfg.comm.backend);  // before the Trainer copies the communicators
     comm::set_wait_timeout(cfg.comm.wait == "yield" ? cfg.comm.timeout_s : 0.0);
     spdlog::info("wlb4d {} ({}) | deck {} | {} ranks: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}"
-                 " | kokkos {} | device collectives {}",
+                 " | recompute {} | zero {} | sequence parallel {} | kokkos {} | device collectives {}",
                  core::kVersion, core::kGitSha, cfg.deck_path.empty() ? "(defaults)" : cfg.deck_path,
                  grid.world_size(), p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding,
-                 ExecSpace::name(), grid.dpcp().device_backend());
+                 cfg.model.recompute, p.zero, p.sequence_parallel ? "on" : "off", ExecSpace::name(),
+                 grid.dpcp().device_backend());
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();

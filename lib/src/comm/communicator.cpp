@@ -17,6 +17,7 @@
 #include <ctime>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <algorithm>
 
 namespace wlb::comm {
@@ -257,12 +258,13 @@ void Communicator::allgatherv(const T* send, std::size_t send_count, T* recv, co
                                       rank_, size_, send_count, rank_, recv_counts[rank_]));
   const MPI_Datatype type = mpi_type<T>();
   const int n = static_cast<int>(send_count);
+  const void* sendbuf = send == recv + displs[rank_] ? MPI_IN_PLACE : static_cast<const void*>(send);
   if (wait_ == WaitMode::Block) {
-    check_rc(MPI_Allgatherv(send, n, type, recv, recv_counts.data(), displs.data(), type, comm_), "MPI_Allgatherv",
+    check_rc(MPI_Allgatherv(sendbuf, n, type, recv, recv_counts.data(), displs.data(), type, comm_), "MPI_Allgatherv",
              rank_, size_);
   } else {
     MPI_Request req;
-    check_rc(MPI_Iallgatherv(send, n, type, recv, recv_counts.data(), displs.data(), type, comm_, &req),
+    check_rc(MPI_Iallgatherv(sendbuf, n, type, recv, recv_counts.data(), displs.data(), type, comm_, &req),
              "MPI_Iallgatherv", rank_, size_);
     wait(req);
   }
@@ -302,15 +304,25 @@ void Communicator::reduce_scatterv(const T* send, T* recv, const std::vector<int
   }
   check_count_int(static_cast<std::size_t>(total), "reduce_scatterv (sum of recv_counts)", rank_, size_);
   const MPI_Datatype type = mpi_type<T>();
+  std::int64_t displ = 0;
+  for (int r = 0; r < rank_; ++r) displ += recv_counts[r];
+  // In place: MPI_IN_PLACE takes the input from recv's buffer (the whole
+  // send) and leaves the result at its start; move it to this rank's range.
+  const bool in_place = recv == send + displ;
+  T* const whole = const_cast<T*>(send);
+  const void* sendbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+  T* const recvbuf = in_place ? whole : recv;
   if (wait_ == WaitMode::Block) {
-    check_rc(MPI_Reduce_scatter(send, recv, recv_counts.data(), type, MPI_SUM, comm_), "MPI_Reduce_scatter", rank_,
-             size_);
+    check_rc(MPI_Reduce_scatter(sendbuf, recvbuf, recv_counts.data(), type, MPI_SUM, comm_), "MPI_Reduce_scatter",
+             rank_, size_);
   } else {
     MPI_Request req;
-    check_rc(MPI_Ireduce_scatter(send, recv, recv_counts.data(), type, MPI_SUM, comm_, &req),
+    check_rc(MPI_Ireduce_scatter(sendbuf, recvbuf, recv_counts.data(), type, MPI_SUM, comm_, &req),
              "MPI_Ireduce_scatter", rank_, size_);
     wait(req);
   }
+  if (in_place && displ > 0 && recv_counts[rank_] > 0)
+    std::memmove(whole + displ, whole, sizeof(T) * static_cast<std::size_t>(recv_counts[rank_]));
 }
 
 // ---- point to point -------------------------------------------------------------

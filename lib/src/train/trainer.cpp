@@ -140,9 +140,10 @@ struct Trainer::Impl {
     exec = std::make_unique<pipeline::Executor>(cfg, g, vocab);
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
-    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs);
+    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero);
     const std::vector<const model::ParamRegistry<float>*> cregs(regs.begin(), regs.end());
-    ckpt = std::make_unique<io::ModelCheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq());  // collective over pp
+    ckpt = std::make_unique<io::ModelCheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq(),
+                                                      opt->zero() == 1 ? &g.dpcp() : nullptr);  // collective over pp
     const auto& ck = c.checkpoint;
     if (ck.every > 0 || ck.every_minutes > 0 || ck.at_end) {  // fail now, not at the first checkpoint
       dir_lock.acquire(ck.dir, g.world());
@@ -336,7 +337,11 @@ struct Trainer::Impl {
   /// Writes the checkpoint of the current step (collective over the world).
   std::string save_checkpoint() {
     Kokkos::fence();
-    ckpt->pull();
+    ckpt->pull();  // ZeRO-1: gathers the moments into host staging
+    struct Release {
+      io::ModelCheckpointState& s;
+      ~Release() { s.release(); }
+    } release{*ckpt};
     io::TrainState st;
     st.step = step;
     st.tokens_seen = tokens_seen;
@@ -363,6 +368,7 @@ struct Trainer::Impl {
                                            return io::checkpoint_model_mismatch(p, cfg.model, vocab);
                                          });
     if (!path) return;
+    ckpt->prepare_load();  // ZeRO-1: host staging for the whole moments
     const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
     ckpt->push();
     resumed_from = *path;

@@ -175,6 +175,37 @@ TEST_P(CommTest, ReduceScattervUnevenCounts) {
   EXPECT_THROW(c.reduce_scatterv(s.data(), r.data(), std::vector<int>(R + 2, 1)), wlb::core::CommError);
 }
 
+// In place (ZeRO-1's gradient reduce-scatter and parameter all-gather): the
+// same sums and values as the out-of-place calls above, in this rank's own
+// range of the one buffer; a rank with no elements (count 0) included.
+TEST_P(CommTest, InPlaceReduceScattervAndAllgatherv) {
+  const int R = c.size();
+  std::vector<int> counts(R), displs(R);
+  int total = 0;
+  for (int q = 0; q < R; ++q) {
+    counts[q] = 2 * q + 3 - (q == 1 ? 5 : 0);  // 3, 0, 7, 9: uneven, one empty
+    displs[q] = total;
+    total += counts[q];
+  }
+  auto value = [](int rank, int k) { return double(rank * 1000 + 3 * k) + 0.25; };
+  std::vector<double> buf(total);
+  for (int k = 0; k < total; ++k) buf[k] = value(c.rank(), k);
+  const int me = c.rank(), d = displs[me];
+  c.reduce_scatterv(buf.data(), buf.data() + d, counts);
+  for (int j = 0; j < counts[me]; ++j) {
+    double want = 0;
+    for (int q = 0; q < R; ++q) want += value(q, d + j);
+    ASSERT_DOUBLE_EQ(buf[d + j], want) << j;
+  }
+  // All-gather in place: every rank ends with every rank's reduced range.
+  c.allgatherv(buf.data() + d, std::size_t(counts[me]), buf.data(), counts, displs);
+  for (int k = 0; k < total; ++k) {
+    double want = 0;
+    for (int q = 0; q < R; ++q) want += value(q, k);
+    ASSERT_DOUBLE_EQ(buf[k], want) << k;
+  }
+}
+
 TEST_P(CommTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < c.size(); ++root) {
     std::vector<std::uint64_t> b(17, c.rank() == root ? 0 : 99);

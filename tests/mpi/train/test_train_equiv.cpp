@@ -629,3 +629,26 @@ TEST(Np8Recompute, DpPpCp) {
   expect_recompute_bit_identical(lay(2, 2, 2, 1), "full");
   expect_recompute_bit_identical(lay(2, 2, 2, 1), "selective", 1);
 }
+
+// ---- ZeRO-1: sharded AdamW state gives the 1-rank numbers ---------------------------
+// The decks clip (grad_clip 0.5 < the step-0 norm, asserted in expect_equivalent), so
+// a global norm that counted a shard twice or missed one would move every
+// parameter; the norm itself is compared at 1e-5 of the 1-rank value.
+
+TEST(Np2Zero, DataParallel) {
+  REQUIRE_WORLD(2);
+  expect_equivalent(lay(2, 1, 1, 1), {"parallel.zero=1"});
+  expect_equivalent(lay(2, 1, 1, 1), {"parallel.zero=1", "model.recompute=full"}, "tiny");
+}
+
+TEST(Np4Zero, DpCp) {
+  REQUIRE_WORLD(4);
+  expect_equivalent(lay(2, 1, 2, 1), {"parallel.zero=1"});
+  expect_equivalent(lay(4, 1, 1, 1), {"parallel.zero=1"});
+}
+
+TEST(Np8Zero, DpPpTp) {
+  REQUIRE_WORLD(8);
+  expect_equivalent(lay(2, 2, 1, 2), {"parallel.zero=1"});
+  expect_equivalent(lay(2, 2, 1, 2, "interleaved", 2), {"parallel.zero=1", "model.layers=4"});
+}

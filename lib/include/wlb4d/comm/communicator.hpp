@@ -117,13 +117,19 @@ class Communicator {
   /// Gathers `count` elements from every rank into recv (size()*count), rank order.
   template <class T> void allgather(const T* send, T* recv, std::size_t count) const;
   /// Variable-count all-gather: recv_counts[r] elements from rank r, at displs[r].
+  /// In place when send == recv + displs[rank()] (MPI_IN_PLACE; NCCL's
+  /// broadcast is in place at its root): this rank's part is already there.
   template <class T>
   void allgatherv(const T* send, std::size_t send_count, T* recv, const std::vector<int>& recv_counts,
                   const std::vector<int>& displs) const;
   /// Sum-reduce `send` (size()*count) and scatter: rank r gets block r (count elements).
   template <class T> void reduce_scatter(const T* send, T* recv, std::size_t count) const;
   /// Variable-count reduce-scatter: rank r receives recv_counts[r] elements,
-  /// the sum over ranks of send[displs[r] .. displs[r]+recv_counts[r]).
+  /// the sum over ranks of send[displs[r] .. displs[r]+recv_counts[r]),
+  /// displs[r] = Σ_{q<r} recv_counts[q].
+  /// In place when recv == send + displs[rank()] (host buffers): the sum lands
+  /// in this rank's own range of `send`; the other ranges are left undefined
+  /// (ZeRO-1 keeps no extra gradient buffer, as Megatron's distributed optimizer).
   template <class T>
   void reduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const;
   template <class T> void send(const T* data, std::size_t count, int dest, int tag) const;

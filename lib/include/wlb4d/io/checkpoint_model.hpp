@@ -52,53 +52,117 @@ class ModelCheckpointState {
   /// \param m, v   AdamW moments per chunk, flat like chunk->values() (same
   ///               length); may be empty vectors when no optimizer state
   ///               exists (then load skips the moments and save refuses).
+  /// \param zero_group ZeRO-1 (optim::Optimizer with parallel.zero = 1): the
+  ///               group the moments are sharded over (grid.dpcp()); m[c] and
+  ///               v[c] then hold only this rank's range
+  ///               model::split_range(N_c, |G|, g) of chunk c (N_c elements,
+  ///               g = zero_group->rank()). The checkpoint still holds the
+  ///               moments at global shape: pull() all-gathers them into host
+  ///               staging buffers of the whole chunk (transient: 2·4·N_c
+  ///               bytes of host memory from pull() to release(), or from
+  ///               prepare_load() to push()). nullptr or a group of one: m and
+  ///               v are whole and no staging exists.
   ModelCheckpointState(const grid::ProcessGrid& grid, const std::vector<const model::ParamRegistry<float>*>& chunks,
-                       const std::vector<Vec>& m, const std::vector<Vec>& v)
-      : chunks_(chunks), m_(m), v_(v) {
+                       const std::vector<Vec>& m, const std::vector<Vec>& v,
+                       const comm::Communicator* zero_group = nullptr)
+      : chunks_(chunks), m_(m), v_(v), zero_(zero_group && zero_group->size() > 1 ? zero_group : nullptr) {
     const bool moments = !m.empty() || !v.empty();
     if (moments && (m.size() != chunks.size() || v.size() != chunks.size()))
       throw core::CheckpointError("ModelCheckpointState: " + std::to_string(chunks.size()) + " chunks but " +
                                   std::to_string(m.size()) + " m and " + std::to_string(v.size()) + " v moments");
     for (std::size_t c = 0; c < chunks.size(); ++c) {
-      const auto n = std::size_t(chunks[c]->local_numel());
+      const auto numel = chunks[c]->local_numel();
+      std::size_t n = std::size_t(numel);
+      if (zero_) {
+        Shard sh;
+        for (int r = 0; r < zero_->size(); ++r) {
+          const auto [off, cnt] = model::split_range(numel, zero_->size(), r);
+          sh.counts.push_back(int(cnt));
+          sh.displs.push_back(int(off));
+          if (r == zero_->rank()) sh.begin = off, sh.count = cnt;
+        }
+        n = std::size_t(sh.count);
+        shards_.push_back(std::move(sh));
+      }
       if (moments && (m[c].extent(0) != n || v[c].extent(0) != n))
         throw core::CheckpointError("ModelCheckpointState: chunk " + std::to_string(c) + " has " + std::to_string(n) +
-                                    " values but its moments have " + std::to_string(m[c].extent(0)) + " / " +
+                                    " values" + (zero_ ? " in this rank's ZeRO-1 range" : "") +
+                                    " but its moments have " + std::to_string(m[c].extent(0)) + " / " +
                                     std::to_string(v[c].extent(0)) + " elements");
       hv_.push_back(Kokkos::create_mirror_view(chunks[c]->values()));
-      if (moments) {
+      if (moments && !zero_) {
         hm_.push_back(Kokkos::create_mirror_view(m[c]));
         hvv_.push_back(Kokkos::create_mirror_view(v[c]));
       }
     }
-    build(grid, moments);
+    moments_ = moments;
+    build(grid);
+    point_moments();
   }
 
-  /// The full model's tensors, this rank's shards filled in (pointers into the host mirrors).
+  /// The full model's tensors, this rank's shards filled in (pointers into
+  /// the host mirrors; under ZeRO-1 the moment pointers are null while no
+  /// staging exists).
   const std::vector<TensorRef>& tensors() const { return tensors_; }
 
-  /// Device -> host mirrors (before save_checkpoint).
-  void pull() const {
+  /// Device -> host mirrors (before save_checkpoint). Under ZeRO-1 also
+  /// allocates the staging and all-gathers the moments over the group
+  /// (collective over zero_group); call release() after the save.
+  void pull() {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       Kokkos::deep_copy(hv_[c], chunks_[c]->values());
-      if (!hm_.empty()) {
+      if (!moments_) continue;
+      if (!zero_) {
         Kokkos::deep_copy(hm_[c], m_[c]);
         Kokkos::deep_copy(hvv_[c], v_[c]);
       }
     }
+    if (!moments_ || !zero_) return;
+    stage();
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const auto& sh = shards_[c];
+      const auto own_m = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m_[c]);
+      const auto own_v = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v_[c]);
+      zero_->allgatherv(own_m.data(), std::size_t(sh.count), hm_[c].data(), sh.counts, sh.displs);
+      zero_->allgatherv(own_v.data(), std::size_t(sh.count), hvv_[c].data(), sh.counts, sh.displs);
+    }
   }
-  /// Host mirrors -> device (after load_checkpoint).
-  void push() const {
+  /// Under ZeRO-1: allocates the staging that load_checkpoint() reads the
+  /// whole moments into (call before it; push() frees it). Else a no-op.
+  void prepare_load() {
+    if (moments_ && zero_) stage();
+  }
+  /// Host mirrors -> device (after load_checkpoint); under ZeRO-1 each rank
+  /// keeps its own range of the loaded moments and the staging is freed.
+  void push() {
     for (std::size_t c = 0; c < chunks_.size(); ++c) {
       Kokkos::deep_copy(chunks_[c]->values(), hv_[c]);
-      if (!hm_.empty()) {
+      if (!moments_ || hm_.empty()) continue;
+      if (!zero_) {
         Kokkos::deep_copy(m_[c], hm_[c]);
         Kokkos::deep_copy(v_[c], hvv_[c]);
+      } else {
+        const auto r = std::make_pair(std::size_t(shards_[c].begin), std::size_t(shards_[c].begin + shards_[c].count));
+        Kokkos::deep_copy(m_[c], Kokkos::subview(hm_[c], r));
+        Kokkos::deep_copy(v_[c], Kokkos::subview(hvv_[c], r));
       }
     }
+    release();
+  }
+  /// Frees the ZeRO-1 staging (after save_checkpoint). Else a no-op.
+  void release() {
+    if (!zero_) return;
+    hm_.clear();
+    hvv_.clear();
+    point_moments();
   }
 
  private:
+  using HostVec = Kokkos::View<float*, Kokkos::HostSpace>;
+  struct Shard {
+    std::int64_t begin = 0, count = 0;  ///< this rank's range of the chunk (elements)
+    std::vector<int> counts, displs;    ///< the partition over the group
+  };
   struct Entry {
     std::string name;
     std::vector<std::int64_t> shape;
@@ -126,7 +190,26 @@ class ModelCheckpointState {
     return LLONG_MAX;
   }
 
-  void build(const grid::ProcessGrid& grid, bool moments) {
+  /// ZeRO-1 staging: whole-chunk host buffers for the moments.
+  void stage() {
+    if (!hm_.empty()) return;
+    for (const auto* c : chunks_) {
+      hm_.push_back(HostVec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ckpt_stage_m"), c->local_numel()));
+      hvv_.push_back(HostVec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "ckpt_stage_v"), c->local_numel()));
+    }
+    point_moments();
+  }
+  /// (Re)points every held tensor's m/v into the moment mirrors (null when none).
+  void point_moments() {
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const auto [c, off] = where_[i];
+      const bool have = tensors_[i].held && !hm_.empty();
+      tensors_[i].m = have ? hm_[c].data() + off : nullptr;
+      tensors_[i].v = have ? hvv_[c].data() + off : nullptr;
+    }
+  }
+
+  void build(const grid::ProcessGrid& grid) {
     std::string mine;
     for (const auto* c : chunks_) mine += describe(*c);
     const auto& pp = grid.pp();
@@ -184,10 +267,9 @@ class ModelCheckpointState {
           if (p.shard_dim >= 0) t.start[std::size_t(p.shard_dim)] = p.shard_offset;
           t.count = p.local_shape;
           t.value = hv_[c].data() + p.offset;
-          if (moments) {
-            t.m = hm_[c].data() + p.offset;
-            t.v = hvv_[c].data() + p.offset;
-          }
+          where_.emplace_back(c, p.offset);
+        } else {
+          where_.emplace_back(0, 0);
         }
         tensors_.push_back(std::move(t));
       }
@@ -195,7 +277,12 @@ class ModelCheckpointState {
 
   std::vector<const model::ParamRegistry<float>*> chunks_;
   std::vector<Vec> m_, v_;
-  std::vector<typename Vec::HostMirror> hv_, hm_, hvv_;
+  const comm::Communicator* zero_ = nullptr;  ///< ZeRO-1 group (size > 1), else nullptr
+  bool moments_ = false;
+  std::vector<Shard> shards_;                 ///< per chunk (ZeRO-1 only)
+  std::vector<typename Vec::HostMirror> hv_;
+  std::vector<HostVec> hm_, hvv_;              ///< moment mirrors (ZeRO-1: the staging, when allocated)
+  std::vector<std::pair<std::size_t, std::size_t>> where_;  ///< per tensor: (chunk, flat offset) if held
   std::vector<TensorRef> tensors_;
 };
 

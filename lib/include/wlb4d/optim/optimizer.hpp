@@ -6,15 +6,31 @@
 ///
 /// One entry point per phase, called by the trainer in this order every step:
 /// reduce_gradients() (collective over grid.dpcp()), then step() (collective
-/// over grid.tp() and grid.pp()). ZeRO-1 ([I]) replaces the inside of both
-/// (reduce-scatter, sharded update, all-gather) behind the same calls.
+/// over grid.dpcp(), grid.tp() and grid.pp()).
+///
+/// ZeRO-1 (parallel.zero = 1; Rajbhandari et al., "ZeRO: Memory Optimizations
+/// Toward Training Trillion Parameter Models", SC'20, stage P_os; laid out as
+/// Megatron-LM's distributed optimizer): the AdamW moments are sharded over
+/// the DP×CP gradient group G (size |G| = dp·cp, rank g = dp_rank·cp +
+/// cp_rank) in contiguous ranges of each chunk's flat parameter buffer: rank g
+/// owns elements zero_range(N_c, |G|, g) = model::split_range(N_c, |G|, g) of
+/// chunk c (N_c = chunk->local_numel()), so a range may start or end inside a
+/// tensor. reduce_gradients() reduce-scatters the gradients in place (only the
+/// owned range of grads() is the reduced sum afterwards; the rest is
+/// undefined until the next zero_grad()), step() updates the owned range and
+/// all-gathers the parameters in place, so every replica again holds the same
+/// values. Memory: the moments take 2·4·N_c/|G| bytes instead of 2·4·N_c;
+/// no extra gradient or parameter buffer.
 ///
 /// Global norm: ‖g‖ = sqrt(Σ over every parameter element of g²), each element
 /// counted once: tensors replicated over TP (norm weights) only on tp rank 0,
-/// stage sums added over PP; DP×CP replicas hold the same reduced gradient and
-/// are not summed. The gradients are the sums over micro-batches already
-/// scaled by 1 / (target tokens of the step), so ‖g‖ is the norm of the
-/// gradient of the token-level mean loss (DESIGN §3).
+/// stage sums added over PP; with zero = 0 the DP×CP replicas hold the same
+/// reduced gradient and are not summed; with zero = 1 each replica sums its
+/// owned range and the sums are added over DP×CP (every element once: the
+/// ranges tile the buffer; llm.c PR #524 is the known failure of counting
+/// shards |G| times or not at all). The gradients are the sums over
+/// micro-batches already scaled by 1 / (target tokens of the step), so ‖g‖ is
+/// the norm of the gradient of the token-level mean loss (DESIGN §3).
 
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/types.hpp"
@@ -39,12 +55,18 @@ class Optimizer {
   ///        stage); they must outlive the Optimizer. Allocates one fp32 m and
   ///        v per chunk, flat like chunk->values() (elements), zero.
   /// \param total_steps train.steps (the LR schedule's length).
+  /// \param zero  ZeRO stage (parallel.zero): 0 replicated moments, 1 moments
+  ///        sharded over grid.dpcp() (see the file comment). On a group of one
+  ///        both are the same computation.
+  /// \throws core::ConfigError if zero is not 0 or 1, or a shard holds 2^31
+  ///        elements or more (the collectives count in int).
   Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::ProcessGrid& grid,
-            std::vector<model::ParamRegistry<float>*> chunks);
+            std::vector<model::ParamRegistry<float>*> chunks, int zero = 0);
 
   /// Sums every chunk's gradients over the DP×CP group (each replica holds
-  /// partial sums of its own tokens). Collective over grid.dpcp(); a no-op on
-  /// a group of one.
+  /// partial sums of its own tokens): an all-reduce (zero = 0) or an in-place
+  /// reduce-scatter onto the owned ranges (zero = 1). Collective over
+  /// grid.dpcp(); a no-op on a group of one.
   void reduce_gradients();
 
   /// Global gradient norm, NaN/inf check, clip and AdamW of optimizer step
@@ -55,25 +77,44 @@ class Optimizer {
   /// \throws core::NumericsError naming the step (step + 1: counted from 1,
   ///         as on the progress lines) and, where a gradient is
   ///         non-finite, the first such tensor on this rank ("gradient of
-  ///         layers.0.attn.wq"), else "the loss" or "the global gradient norm".
+  ///         layers.0.attn.wq"; under zero = 1, within the owned range), else
+  ///         "the loss" or "the global gradient norm".
   UpdateResult step(std::int64_t step, double loss);
 
-  /// Global L2 norm of the current gradients (collective over tp and pp).
+  /// Global L2 norm of the current gradients (collective over tp and pp, and
+  /// over dpcp under zero = 1). Call after reduce_gradients().
   double global_grad_norm() const;
 
-  /// AdamW first and second moments, one flat fp32 View per chunk (the
-  /// checkpoint stores them at global shape).
+  /// AdamW first and second moments, one flat fp32 View per chunk: the whole
+  /// chunk (zero = 0) or the owned range [shard_begin(c), +extent) (zero = 1).
+  /// The checkpoint stores them at global shape (io::ModelCheckpointState
+  /// gathers the ranges).
   const std::vector<Vec>& exp_avg() const { return m_; }
   const std::vector<Vec>& exp_avg_sq() const { return v_; }
+  /// ZeRO stage in use (0 or 1).
+  int zero() const { return zero_; }
+  /// First element of chunk c's owned range (0 under zero = 0).
+  std::int64_t shard_begin(std::size_t c) const { return shards_[c].begin; }
 
  private:
+  /// Chunk c's owned range and the partition of the chunk over the group.
+  struct Shard {
+    std::int64_t begin = 0, end = 0;  ///< owned flat range [begin, end) (elements)
+    std::vector<int> counts, displs;  ///< per group rank (elements), for the collectives
+  };
+  /// Calls f(param, lo, hi) for every parameter's part [lo, hi) (chunk-flat
+  /// elements) inside chunk c's owned range, in registry order.
+  template <class F> void for_each_owned(std::size_t c, F&& f) const;
   void check_finite(std::int64_t step, double loss, double gnorm) const;
   void apply_adamw(std::int64_t step, double lr, double grad_scale);
+  void allgather_parameters() const;
 
   core::OptimConfig cfg_;
   int total_steps_ = 0;
   const grid::ProcessGrid& grid_;
   std::vector<model::ParamRegistry<float>*> chunks_;
+  int zero_ = 0;
+  std::vector<Shard> shards_;
   std::vector<Vec> m_, v_;
 };
 
