@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 
 namespace wlb::model {
@@ -50,8 +51,9 @@ double model_flops(const core::ModelConfig& c, std::int64_t vocab, std::int64_t 
 
 template <class Scalar>
 Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage,
-                                 comm::Communicator tp, int slots, std::int64_t max_tokens)
-    : cfg_(cfg), vocab_(vocab), tp_(tp), params_(cfg, vocab, stage), cap_(max_tokens) {
+                                 comm::Communicator tp, int slots, std::int64_t max_tokens, bool sequence_parallel)
+    : cfg_(cfg), vocab_(vocab), tp_(tp), params_(cfg, vocab, stage), cap_(max_tokens),
+      sp_(sequence_parallel && tp.size() > 1) {
   if (slots < 1) throw std::invalid_argument("wlb::model::Transformer: slots=" + std::to_string(slots) + " < 1");
   if (max_tokens < 1)
     throw std::invalid_argument("wlb::model::Transformer: max_tokens=" + std::to_string(max_tokens) + " < 1");
@@ -90,17 +92,24 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   // Saved activations of one layer, elements per token (order = Field).
   const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
   width_ = {d_, 1, d_, qd, kd, kd, qd, hq_, d_, 1, d_, f_, f_, f_};
+  // Rows each field holds at most: the residual stream and the norm fields
+  // (x_in, rstd1, xn1, h1, rstd2, xn2) hold this rank's ≤ ⌈C/tp⌉ tokens under
+  // sequence parallelism (split_range gives the first ranks the extra token);
+  // the head/FFN-sharded fields hold all C.
+  scap_ = sp_ ? (cap_ + p - 1) / p : cap_;
+  rows_.assign(kNumFields, cap_);
+  for (Field f : {kXin, kRstd1, kXn1, kH1, kRstd2, kXn2}) rows_[f] = scap_;
   // Recompute (DESIGN §10): a field a layer does not keep lives in one shared
   // one-layer workspace (rec_), overwritten by every layer's forward and
   // refilled by recompute() before that layer's backward.
   field_off_.assign(std::size_t(nlayers_), std::vector<std::int64_t>(kNumFields, -1));
-  std::int64_t stored = 0;  // units of C
+  std::int64_t stored = 0;  // elements
   for (int l = 0; l < nlayers_; ++l) {
     rc_.push_back(recompute_mode(cfg, l));
     for (int f = 0; f < kNumFields; ++f)
       if (keeps(rc_.back(), Field(f))) {
         field_off_[l][f] = stored;
-        stored += width_[f];
+        stored += width_[f] * rows_[f];
       }
   }
   // Only the fields some layer does not keep take room in rec_ (none with
@@ -111,20 +120,27 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     bool needed = false;
     for (int l = 0; l < nlayers_; ++l) needed = needed || field_off_[l][f] < 0;
     rec_off_[f] = rec;
-    if (needed) rec += width_[f];
+    if (needed) rec += width_[f] * rows_[f];
   }
-  if (rec > 0) rec_ = View1<Scalar>("wlb::model::recompute", rec * cap_);
-  // Stage top: output hidden (every stage), and final norm + logits (last).
-  const std::vector<std::int64_t> top_w = {d_, s.head ? 1 : 0, s.head ? d_ : 0, s.head ? vl_ : 0, s.head ? 1 : 0};
+  if (rec > 0) rec_ = View1<Scalar>("wlb::model::recompute", rec);
+  // Stage top: output hidden (every stage), and final norm + logits (last);
+  // the output hidden and the final norm are residual-region fields.
+  const std::vector<std::int64_t> top_n = {d_ * scap_, s.head ? scap_ : 0, s.head ? d_ * scap_ : 0,
+                                           s.head ? vl_ * cap_ : 0, s.head ? cap_ : 0};
   top_off_.assign(kNumTop, 0);
   std::int64_t top = 0;
   for (int f = 0; f < kNumTop; ++f) {
     top_off_[f] = stored + top;
-    top += top_w[f];
+    top += top_n[f];
   }
-  slot_size_ = (stored + top) * cap_;
+  slot_size_ = stored + top;
   ws_ = View1<Scalar>("wlb::model::activations", slot_size_ * slots);
-  const std::vector<std::int64_t> scr_w = {d_, d_, qd, kd, kd, qd, f_, f_, f_, 3};
+  // Sequence parallelism adds two shared [C][d] buffers: the all-gathered
+  // norm output (input of the column-parallel GEMMs) and the full-T output of
+  // a row-parallel GEMM before its reduce-scatter (backward: the all-gathered
+  // residual gradient, then the reduce-scattered norm-output gradient).
+  const std::int64_t sp_w = sp_ ? d_ : 0;
+  const std::vector<std::int64_t> scr_w = {d_, d_, qd, kd, kd, qd, f_, f_, f_, 3, sp_w, sp_w};
   scr_off_.assign(kNumScratch, 0);
   std::int64_t so = 0;
   for (int f = 0; f < kNumScratch; ++f) {
@@ -132,6 +148,9 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     so += scr_w[f];
   }
   scr_ = View1<Scalar>("wlb::model::grad_scratch", so * cap_);
+  // Norm-weight gradients of one backward under SP: partial over this rank's
+  // tokens, summed over TP in one all-reduce at the end of backward().
+  if (sp_) norm_grad_ = View1<Scalar>("wlb::model::sp_norm_grad", (2 * nlayers_ + (s.head ? 1 : 0)) * d_);
   slot_tokens_.assign(slots, -1);
   kvx_ = std::make_shared<KvExchange<Scalar>>();
 }
@@ -158,12 +177,12 @@ bool Transformer<Scalar>::keeps(Recompute r, Field f) {
 template <class Scalar>
 Scalar* Transformer<Scalar>::field(int slot, int layer, Field f) const {
   const std::int64_t o = field_off_[std::size_t(layer)][f];
-  return o >= 0 ? ws_.data() + slot * slot_size_ + o * cap_ : rec_.data() + rec_off_[f] * cap_;
+  return o >= 0 ? ws_.data() + slot * slot_size_ + o : rec_.data() + rec_off_[f];
 }
 
 template <class Scalar>
 Scalar* Transformer<Scalar>::top(int slot, Top f) const {
-  return ws_.data() + slot * slot_size_ + top_off_[f] * cap_;
+  return ws_.data() + slot * slot_size_ + top_off_[f];
 }
 
 template <class Scalar>
@@ -182,6 +201,52 @@ void Transformer<Scalar>::allreduce_tp(const View2<Scalar>& x) const {
 }
 
 template <class Scalar>
+std::pair<std::int64_t, std::int64_t> Transformer<Scalar>::residual_rows(std::int64_t T) const {
+  return sp_ ? split_range(T, tp_.size(), tp_.rank()) : std::pair<std::int64_t, std::int64_t>(0, T);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::sp_counts(std::int64_t T) const {
+  const int p = tp_.size();
+  sp_counts_.resize(std::size_t(p));
+  sp_displs_.resize(std::size_t(p));
+  for (int r = 0; r < p; ++r) {
+    const auto [o, n] = split_range(T, p, r);
+    sp_counts_[std::size_t(r)] = int(n * d_);
+    sp_displs_[std::size_t(r)] = int(o * d_);
+  }
+}
+
+template <class Scalar>
+View2<Scalar> Transformer<Scalar>::allgather_tp(const View2<Scalar>& local, std::int64_t T, Scratch dst) const {
+  const auto full = v2(scratch(dst), T, d_);
+  sp_counts(T);
+  Kokkos::fence();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t mine = std::size_t(sp_counts_[std::size_t(tp_.rank())]);
+  if constexpr (std::is_same_v<Scalar, float>) {
+    tp_.allgatherv_device(local.data(), mine, full.data(), sp_counts_, sp_displs_);
+  } else {  // fp64 (tests): MPI on the buffers directly
+    tp_.allgatherv(local.data(), mine, full.data(), sp_counts_, sp_displs_);
+  }
+  tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return full;
+}
+
+template <class Scalar>
+void Transformer<Scalar>::reduce_scatter_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const {
+  sp_counts(T);
+  Kokkos::fence();
+  const auto t0 = std::chrono::steady_clock::now();
+  if constexpr (std::is_same_v<Scalar, float>) {
+    tp_.reduce_scatterv_device(full.data(), local.data(), sp_counts_);
+  } else {
+    tp_.reduce_scatterv(full.data(), local.data(), sp_counts_);
+  }
+  tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <class Scalar>
 void Transformer<Scalar>::discard(int slot) {
   if (slot < 0 || slot >= slots())
     throw std::invalid_argument("wlb::model::Transformer::discard: slot " + std::to_string(slot) + " of " +
@@ -196,10 +261,11 @@ void Transformer<Scalar>::set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x)
 
 template <class Scalar>
 typename Transformer<Scalar>::LayerViews Transformer<Scalar>::layer_views(int slot, int l, std::int64_t T) const {
-  return {v2(field(slot, l, kXin), T, d_), v1(field(slot, l, kRstd1), T),        v2(field(slot, l, kXn1), T, d_),
+  const std::int64_t Ts = residual_rows(T).second;  // residual/norm fields: this rank's tokens under SP
+  return {v2(field(slot, l, kXin), Ts, d_), v1(field(slot, l, kRstd1), Ts),      v2(field(slot, l, kXn1), Ts, d_),
           v3(field(slot, l, kQ), T, hq_, D_), v3(field(slot, l, kK), T, hkv_, D_), v3(field(slot, l, kV), T, hkv_, D_),
-          v3(field(slot, l, kO), T, hq_, D_), v2(field(slot, l, kLse), hq_, T),    v2(field(slot, l, kH1), T, d_),
-          v1(field(slot, l, kRstd2), T),      v2(field(slot, l, kXn2), T, d_),     v2(field(slot, l, kG), T, f_),
+          v3(field(slot, l, kO), T, hq_, D_), v2(field(slot, l, kLse), hq_, T),    v2(field(slot, l, kH1), Ts, d_),
+          v1(field(slot, l, kRstd2), Ts),     v2(field(slot, l, kXn2), Ts, d_),    v2(field(slot, l, kG), T, f_),
           v2(field(slot, l, kU), T, f_),      v2(field(slot, l, kA), T, f_)};
 }
 
@@ -207,35 +273,51 @@ template <class Scalar>
 void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBatchInput& mb) {
   const std::int64_t T = mb.tokens, qd = hq_ * D_, kd = hkv_ * D_;
   const LayerParams& P = lp_[std::size_t(l)];
+  const std::int64_t Ts = residual_rows(T).second;
   const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
-  rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
-  linear_forward(XN1, params_[P.wq].value2(), v2(Q3.data(), T, qd));
-  linear_forward(XN1, params_[P.wk].value2(), v2(K3.data(), T, kd));
-  linear_forward(XN1, params_[P.wv].value2(), v2(V3.data(), T, kd));
+  rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
+  const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;  // SP: operator g (all-gather)
+  linear_forward(XN1g, params_[P.wq].value2(), v2(Q3.data(), T, qd));
+  linear_forward(XN1g, params_[P.wk].value2(), v2(K3.data(), T, kd));
+  linear_forward(XN1g, params_[P.wv].value2(), v2(V3.data(), T, kd));
   rope_apply(Q3, T, mb.positions, cfg_.rope_theta, false);
   rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
   const auto kv = kvx_->gather(params_.shard().layer_begin + l, slot, K3, V3);
   attention_forward<Scalar>(Q3, kv.first, kv.second, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
                             Scalar(1.0 / std::sqrt(double(D_))), O3, LSE2);
-  linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), H1);
-  allreduce_tp(H1);  // row-parallel output: operator g
-  add_inplace(H1, X, T);
+  if (sp_) {  // row-parallel output: operator ḡ (reduce-scatter to this rank's tokens)
+    const auto Y = v2(scratch(kFull), T, d_);
+    linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), Y);
+    reduce_scatter_tp(Y, T, H1);
+  } else {
+    linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), H1);
+    allreduce_tp(H1);  // row-parallel output: operator g
+  }
+  add_inplace(H1, X, Ts);
 }
 
 template <class Scalar>
 void Transformer<Scalar>::mlp_block_forward(int slot, int l, const MicroBatchInput& mb, bool down) {
   const std::int64_t T = mb.tokens;
   const LayerParams& P = lp_[std::size_t(l)];
+  const std::int64_t Ts = residual_rows(T).second;
   const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
-  rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
-  linear_forward(XN2, params_[P.w_gate].value2(), G2);
-  linear_forward(XN2, params_[P.w_up].value2(), U2);
+  rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
+  const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;  // SP: operator g
+  linear_forward(XN2g, params_[P.w_gate].value2(), G2);
+  linear_forward(XN2g, params_[P.w_up].value2(), U2);
   swiglu_forward(G2, U2, T, A2);
   if (!down) return;  // recompute: the backward needs no layer output
-  const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), T, d_);
-  linear_forward(A2, params_[P.w_down].value2(), XNEXT);
-  allreduce_tp(XNEXT);
-  add_inplace(XNEXT, H1, T);
+  const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), Ts, d_);
+  if (sp_) {  // operator ḡ
+    const auto Y = v2(scratch(kFull), T, d_);
+    linear_forward(A2, params_[P.w_down].value2(), Y);
+    reduce_scatter_tp(Y, T, XNEXT);
+  } else {
+    linear_forward(A2, params_[P.w_down].value2(), XNEXT);
+    allreduce_tp(XNEXT);
+  }
+  add_inplace(XNEXT, H1, Ts);
 }
 
 template <class Scalar>
@@ -250,8 +332,9 @@ void Transformer<Scalar>::recompute(int slot, int l, const MicroBatchInput& mb) 
       return;
     case Recompute::Selective: {
       const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
-      rmsnorm_forward(X, T, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
-      rmsnorm_forward(H1, T, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
+      const std::int64_t Ts = residual_rows(T).second;
+      rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
+      rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
       swiglu_forward(G2, U2, T, A2);
       return;
     }
@@ -282,17 +365,25 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
            std::int64_t(mb.kv_hi.extent(0)) >= T,
        "positions/kv_lo/kv_hi shorter than T");
 
-  // Stage input → x_in of the first local layer.
-  const View2<Scalar> x0 = v2(field(slot, 0, kXin), T, d_);
+  // Stage input → x_in of the first local layer (SP: this rank's Ts rows).
+  const std::int64_t Ts = residual_rows(T).second;
+  const View2<Scalar> x0 = v2(field(slot, 0, kXin), Ts, d_);
   if (s.embedding) {
     need(std::int64_t(mb.token_ids.extent(0)) >= T, "first stage needs token_ids");
     const auto& E = params_[embed_];
-    embedding_forward(mb.token_ids, T, v0_, E.value2(), x0);
-    allreduce_tp(x0);
+    if (sp_) {  // vocab-parallel embedding: partial rows of all T tokens, reduce-scattered
+      const auto Y = v2(scratch(kFull), T, d_);
+      embedding_forward(mb.token_ids, T, v0_, E.value2(), Y);
+      reduce_scatter_tp(Y, T, x0);
+    } else {
+      embedding_forward(mb.token_ids, T, v0_, E.value2(), x0);
+      allreduce_tp(x0);
+    }
   } else {
-    need(std::int64_t(input_hidden.extent(0)) >= T && std::int64_t(input_hidden.extent(1)) == d_,
-         "non-first stage needs input_hidden [T][d_model]");
-    Kokkos::deep_copy(x0, v2(input_hidden.data(), T, d_));
+    need(std::int64_t(input_hidden.extent(0)) >= Ts && std::int64_t(input_hidden.extent(1)) == d_,
+         sp_ ? "non-first stage needs input_hidden [residual_rows(T)][d_model]"
+             : "non-first stage needs input_hidden [T][d_model]");
+    Kokkos::deep_copy(x0, v2(input_hidden.data(), Ts, d_));
   }
 
   for (int l = 0; l < nlayers_; ++l) {
@@ -301,13 +392,13 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
   }
 
   StageOutput<Scalar> out;
-  const auto XO = v2(top(slot, kXout), T, d_);
+  const auto XO = v2(top(slot, kXout), Ts, d_);
   if (s.head) {
     need(std::int64_t(mb.labels.extent(0)) >= T, "last stage needs labels");
-    const auto XNF = v2(top(slot, kXnF), T, d_);
+    const auto XNF = v2(top(slot, kXnF), Ts, d_);
     const auto LOG = v2(top(slot, kLogits), T, vl_);
-    rmsnorm_forward(XO, T, params_[final_norm_].value, cfg_.norm_eps, XNF, v1(top(slot, kRstdF), T));
-    linear_forward(XNF, params_[lm_head_].value2(), LOG);
+    rmsnorm_forward(XO, Ts, params_[final_norm_].value, cfg_.norm_eps, XNF, v1(top(slot, kRstdF), Ts));
+    linear_forward(sp_ ? allgather_tp(XNF, T, kGath) : XNF, params_[lm_head_].value2(), LOG);  // SP: operator g
     out.loss = cross_entropy_forward(LOG, mb.labels, T, v0_, tp_, v1(top(slot, kCeLse), T), v1(scratch(kCeScratch), 3 * T),
                                      vl_real_);
   } else {
@@ -333,23 +424,44 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
   const Scalar scale = Scalar(1.0 / std::sqrt(double(D_)));
   const auto kv_lo = ci(mb.kv_lo, T), kv_hi = ci(mb.kv_hi, T);
   const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
-  const auto DRES = v2(scratch(kDres), T, d_);  // gradient of the residual stream
-  const auto DXN = v2(scratch(kDxn), T, d_);    // gradient of a norm output
-  const auto XO = v2(top(slot, kXout), T, d_);
+  const std::int64_t Ts = residual_rows(T).second;
+  const auto DRES = v2(scratch(kDres), Ts, d_);  // gradient of the residual stream (SP: this rank's rows)
+  const auto DXN = v2(scratch(kDxn), T, d_);     // gradient of a (gathered, under SP) norm output
+  // SP: this rank's rows of DXN after the reduce-scatter (operator ḡ of the
+  // forward's all-gather); otherwise DXN itself after its all-reduce.
+  const auto DXNL = sp_ ? v2(scratch(kFull), Ts, d_) : DXN;
+  const auto XO = v2(top(slot, kXout), Ts, d_);
+  // Input gradient of the column-parallel GEMMs reading a norm output: summed over TP.
+  auto reduce_dxn = [&] {
+    if (sp_) {
+      reduce_scatter_tp(DXN, T, DXNL);
+    } else {
+      allreduce_tp(DXN);  // operator f
+    }
+  };
+  // Norm-weight gradient buffer: the parameter's own (accumulating) or, under
+  // SP, the partial-sum buffer reduced over TP at the end.
+  std::int64_t norm_k = 0;
+  auto norm_dw = [&](const View1<Scalar>& grad) {
+    return sp_ ? View1<Scalar>(norm_grad_.data() + d_ * norm_k++, d_) : grad;
+  };
+  if (sp_) Kokkos::deep_copy(norm_grad_, Scalar(0));
 
   if (s.head) {
-    const auto XNF = v2(top(slot, kXnF), T, d_);
+    const auto XNF = v2(top(slot, kXnF), Ts, d_);
     const auto LOG = v2(top(slot, kLogits), T, vl_);
     cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
     const auto& H = params_[lm_head_];
-    linear_backward(XNF, H.value2(), LOG, DXN, H.grad2());
-    allreduce_tp(DXN);  // vocab-parallel head: operator f
+    linear_backward(sp_ ? allgather_tp(XNF, T, kGath) : XNF, H.value2(), LOG, DXN, H.grad2());
+    reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
     const auto& N = params_[final_norm_];
-    rmsnorm_backward(XO, T, N.value, v1(top(slot, kRstdF), T), DXN, DRES, N.grad, false);
+    rmsnorm_backward(XO, Ts, N.value, v1(top(slot, kRstdF), Ts), DXNL, DRES, norm_dw(N.grad), false);
   } else {
-    if (!(std::int64_t(grad_output.extent(0)) >= T && std::int64_t(grad_output.extent(1)) == d_))
-      throw std::invalid_argument("wlb::model::Transformer::backward: non-last stage needs grad_output [T][d_model]");
-    Kokkos::deep_copy(DRES, v2(grad_output.data(), T, d_));
+    if (!(std::int64_t(grad_output.extent(0)) >= Ts && std::int64_t(grad_output.extent(1)) == d_))
+      throw std::invalid_argument(
+          std::string("wlb::model::Transformer::backward: non-last stage needs grad_output ") +
+          (sp_ ? "[residual_rows(T)][d_model]" : "[T][d_model]"));
+    Kokkos::deep_copy(DRES, v2(grad_output.data(), Ts, d_));
   }
 
   const auto DQ3 = v3(scratch(kDq), T, hq_, D_);
@@ -364,21 +476,24 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
     const LayerParams& P = lp_[l];
     const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
 
-    // MLP block: DRES holds dL/d(layer output).
+    // MLP block: DRES holds dL/d(layer output). SP: the row-parallel GEMM's
+    // output gradient is the all-gathered DRES (conjugate of ḡ).
     const auto& Wd = params_[P.w_down];
-    linear_backward(A2, Wd.value2(), DRES, DA2, Wd.grad2());
+    linear_backward(A2, Wd.value2(), sp_ ? allgather_tp(DRES, T, kFull) : DRES, DA2, Wd.grad2());
     swiglu_backward(G2, U2, DA2, T, DG2, DU2);
     const auto& Wg = params_[P.w_gate];
     const auto& Wu = params_[P.w_up];
-    linear_backward(XN2, Wg.value2(), DG2, DXN, Wg.grad2());
-    linear_backward(XN2, Wu.value2(), DU2, DXN, Wu.grad2(), Scalar(1));
-    allreduce_tp(DXN);  // column-parallel input: operator f
+    const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;  // SP: the forward's gather, again
+    linear_backward(XN2g, Wg.value2(), DG2, DXN, Wg.grad2());
+    linear_backward(XN2g, Wu.value2(), DU2, DXN, Wu.grad2(), Scalar(1));
+    reduce_dxn();  // column-parallel input: operator f (SP: reduce-scatter)
     const auto& N2 = params_[P.mlp_norm];
-    rmsnorm_backward(H1, T, N2.value, RSTD2, DXN, DRES, N2.grad, true);
+    rmsnorm_backward(H1, Ts, N2.value, RSTD2, DXNL, DRES, norm_dw(N2.grad), true);
 
     // Attention block: DRES holds dL/dH1.
     const auto& Wo = params_[P.wo];
-    linear_backward(v2(O3.data(), T, qd), Wo.value2(), DRES, v2(DO3.data(), T, qd), Wo.grad2());
+    linear_backward(v2(O3.data(), T, qd), Wo.value2(), sp_ ? allgather_tp(DRES, T, kFull) : DRES,
+                    v2(DO3.data(), T, qd), Wo.grad2());
     const int layer = s.layer_begin + l;
     const auto kv = kvx_->gather(layer, slot, K3, V3);
     const auto dkv = kvx_->grad_buffers(layer, slot, DK3, DV3);
@@ -390,18 +505,37 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
     const auto& Wq = params_[P.wq];
     const auto& Wk = params_[P.wk];
     const auto& Wv = params_[P.wv];
-    linear_backward(XN1, Wq.value2(), v2(DQ3.data(), T, qd), DXN, Wq.grad2());
-    linear_backward(XN1, Wk.value2(), v2(DK3.data(), T, kd), DXN, Wk.grad2(), Scalar(1));
-    linear_backward(XN1, Wv.value2(), v2(DV3.data(), T, kd), DXN, Wv.grad2(), Scalar(1));
-    allreduce_tp(DXN);
+    const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;
+    linear_backward(XN1g, Wq.value2(), v2(DQ3.data(), T, qd), DXN, Wq.grad2());
+    linear_backward(XN1g, Wk.value2(), v2(DK3.data(), T, kd), DXN, Wk.grad2(), Scalar(1));
+    linear_backward(XN1g, Wv.value2(), v2(DV3.data(), T, kd), DXN, Wv.grad2(), Scalar(1));
+    reduce_dxn();
     const auto& N1 = params_[P.attn_norm];
-    rmsnorm_backward(X, T, N1.value, RSTD1, DXN, DRES, N1.grad, true);
+    rmsnorm_backward(X, Ts, N1.value, RSTD1, DXNL, DRES, norm_dw(N1.grad), true);
   }
   slot_tokens_[slot] = -1;
 
+  if (sp_) {
+    // Norm weights are TP-replicated but each rank saw only its tokens: sum
+    // the partial gradients over TP (one all-reduce for the whole stage), so
+    // every TP rank adds the same full gradient to its copy.
+    allreduce_tp(v2(norm_grad_.data(), norm_k, d_));
+    std::int64_t k = 0;
+    auto add_norm = [&](std::size_t idx) {
+      add_inplace(v2(params_[idx].grad.data(), 1, d_), v2(norm_grad_.data() + d_ * k++, 1, d_), 1);
+    };
+    if (s.head) add_norm(final_norm_);
+    for (int l = nlayers_ - 1; l >= 0; --l) {
+      add_norm(lp_[std::size_t(l)].mlp_norm);
+      add_norm(lp_[std::size_t(l)].attn_norm);
+    }
+  }
+
   if (s.embedding) {
     const auto& E = params_[embed_];
-    embedding_backward(mb.token_ids, T, v0_, DRES, E.grad2());
+    // SP: every token's embedding gradient (the vocab shard rows of all T
+    // tokens): all-gather DRES, the conjugate of the forward's reduce-scatter.
+    embedding_backward(mb.token_ids, T, v0_, sp_ ? allgather_tp(DRES, T, kFull) : DRES, E.grad2());
     return {};
   }
   return DRES;

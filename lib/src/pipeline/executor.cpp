@@ -88,7 +88,8 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
     sh.head = (global_chunk(grid.pp_rank(), vs, p) == p * v - 1);
     sh.tp_rank = grid.tp_rank();
     sh.tp_size = grid.tp_size();
-    chunks_.push_back(std::make_unique<model::Transformer<float>>(cfg.model, vocab, sh, grid.tp(), slots_, cap_));
+    chunks_.push_back(std::make_unique<model::Transformer<float>>(cfg.model, vocab, sh, grid.tp(), slots_, cap_,
+                                                                  cfg.parallel.sequence_parallel));
     chunks_.back()->params().init_parameters(cfg.train.seed);
   }
   if (grid.cp_size() > 1) {
@@ -143,6 +144,10 @@ std::vector<Action> Executor::action_list(bool backward) const {
   return training_action_list(par, grid_.pp_rank(), int(loaded_->count), backward);
 }
 
+std::int64_t Executor::hidden_rows(std::size_t mb) const {
+  return chunks_.front()->residual_rows(loaded_->inputs[mb].tokens).second;
+}
+
 void Executor::bind_cp(int mb) {
   const auto& L = *loaded_;
   if (kvx_) kvx_->bind(L.cp_counts[std::size_t(mb)], L.cp_perm[std::size_t(mb)], L.mb_tokens[std::size_t(mb)]);
@@ -170,7 +175,7 @@ void Executor::backward(const Action& a, double grad_scale, RunStats& st) {
   auto& L = *loaded_;
   const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
   auto& chunk = *chunks_[vs];
-  const std::int64_t T = L.inputs[mb].tokens, d = cfg_.model.d_model;
+  const std::int64_t T = hidden_rows(mb), d = cfg_.model.d_model;
   timed_compute(st.backward_s, st.compute_cpu_s, [&] {
     bind_cp(a.micro_batch);
     auto gin = chunk.backward(a.micro_batch % slots_, L.inputs[mb], L.recv_grad[vs][mb], grad_scale);
@@ -190,7 +195,7 @@ HostView1<float> Executor::staging(std::int64_t n) {
 void Executor::send(const Action& a, RunStats& st) {
   auto& L = *loaded_;
   const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
-  const std::size_t n = std::size_t(L.inputs[mb].tokens * cfg_.model.d_model);
+  const std::size_t n = std::size_t(hidden_rows(mb) * cfg_.model.d_model);
   const double t0 = wall_seconds();
   const auto& buf = a.type == ActionType::SendAct ? L.out_act[vs][mb] : L.send_grad[vs][mb];
   if (n > 0 && buf.data() == nullptr)
@@ -213,7 +218,7 @@ void Executor::send(const Action& a, RunStats& st) {
 void Executor::receive(const Action& a, RunStats& st) {
   auto& L = *loaded_;
   const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
-  const std::int64_t T = L.inputs[mb].tokens, d = cfg_.model.d_model;
+  const std::int64_t T = hidden_rows(mb), d = cfg_.model.d_model;
   const std::size_t n = std::size_t(T * d);
   const double t0 = wall_seconds();
   auto& buf = a.type == ActionType::RecvAct ? L.recv_act[vs][mb] : L.recv_grad[vs][mb];

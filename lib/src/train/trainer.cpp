@@ -138,6 +138,12 @@ struct Trainer::Impl {
     packer = balance::make_packer(c, cost, wlb_length_sample());
     warn_if_dataset_smaller_than_a_step();
     exec = std::make_unique<pipeline::Executor>(cfg, g, vocab);
+    if (g.rank() == 0 && exec->chunks().front()->sequence_parallel()) {
+      const std::int64_t cap = std::max<std::int64_t>(c.train.max_seq_len, c.balance.max_tokens);
+      spdlog::info("sequence parallelism: residual/norm activations split over tp={} (T tokens of a CP shard: "
+                   "ceil or floor of T/tp rows per TP rank; T = {}: {} rows)",
+                   g.tp_size(), cap, exec->chunks().front()->residual_rows(cap).second);
+    }
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
     opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero);

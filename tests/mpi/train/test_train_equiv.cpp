@@ -214,9 +214,11 @@ std::string describe(const Layout& l) {
 }
 
 /// Runs `layout` on MPI_COMM_WORLD with deck `overrides` on dataset `kind`
-/// and compares with the 1-rank run of the same deck.
+/// and compares with the 1-rank run of the same deck. `layout_only` are
+/// overrides of the layout run alone (keys a 1-rank deck refuses, such as
+/// parallel.sequence_parallel).
 void expect_equivalent(const Layout& L, std::vector<std::string> overrides, const std::string& kind = "mixed",
-                       bool eval = false) {
+                       bool eval = false, const std::vector<std::string>& layout_only = {}) {
   ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, wsize());
   const std::string ini = base_deck(dataset(kind));
   if (eval) {  // validation on the other dataset every 5 steps (Trainer::evaluate)
@@ -236,10 +238,12 @@ void expect_equivalent(const Layout& L, std::vector<std::string> overrides, cons
   ov.push_back("parallel.tp=" + std::to_string(L.tp));
   ov.push_back("parallel.schedule=" + L.schedule);
   ov.push_back("parallel.virtual_stages=" + std::to_string(L.virtual_stages));
+  ov.insert(ov.end(), layout_only.begin(), layout_only.end());
   const core::Config cfg = core::parse_deck_text(ini, ov);
   grid::ProcessGrid g(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, MPI_COMM_WORLD);
   const RunResult got = run(cfg, g);
-  const std::string what = describe(L);
+  std::string what = describe(L);
+  for (const auto& o : layout_only) what += " " + o;
   if (wrank() == 0)
     std::printf("[ layout ] %-34s ref %.2f s, layout %.2f s, loss %.6f -> %.6f, gnorm[0] %.5f\n", what.c_str(),
                 ref.seconds, got.seconds, ref.loss.front(), ref.loss.back(), ref.gnorm.front());
@@ -577,7 +581,9 @@ TEST(Np16, AllFour) {
 // ---- activation recompute: bit-identical to none on the same layout ---------------
 
 namespace {
-void expect_recompute_bit_identical(const Layout& L, const std::string& mode, int layers = 0) {
+void expect_recompute_bit_identical(const Layout& L, const std::string& mode, int layers = 0,
+                                    const std::vector<std::string>& extra = {},
+                                    const std::vector<std::string>& layout_only = {}) {
   ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, wsize());
   const std::string ini = base_deck(dataset("mixed"));
   auto layout_cfg = [&](const std::string& rc) {
@@ -586,12 +592,15 @@ void expect_recompute_bit_identical(const Layout& L, const std::string& mode, in
                                    "parallel.schedule=" + L.schedule,
                                    "parallel.virtual_stages=" + std::to_string(L.virtual_stages),
                                    "model.recompute=" + rc, "model.recompute_layers=" + std::to_string(layers)};
+    ov.insert(ov.end(), extra.begin(), extra.end());
+    ov.insert(ov.end(), layout_only.begin(), layout_only.end());
     return core::parse_deck_text(ini, ov);
   };
   grid::ProcessGrid g(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, MPI_COMM_WORLD);
   const RunResult none = run(layout_cfg("none"), g);
   const RunResult got = run(layout_cfg(mode), g);
-  const std::string what = describe(L) + " recompute=" + mode + " layers=" + std::to_string(layers);
+  std::string what = describe(L) + " recompute=" + mode + " layers=" + std::to_string(layers);
+  for (const auto& o : layout_only) what += " " + o;
   ASSERT_EQ(got.loss.size(), none.loss.size());
   for (std::size_t s = 0; s < none.loss.size(); ++s) {
     EXPECT_EQ(got.loss[s], none.loss[s]) << what << " loss at step " << s;  // bit for bit
@@ -607,7 +616,9 @@ void expect_recompute_bit_identical(const Layout& L, const std::string& mode, in
     std::printf("[recompute] %-50s %.2f s vs none %.2f s, loss %.6f -> %.6f (bit-identical)\n", what.c_str(),
                 got.seconds, none.seconds, got.loss.front(), got.loss.back());
   // And the layout still gives the 1-rank numbers with recompute on.
-  expect_equivalent(L, {"model.recompute=" + mode, "model.recompute_layers=" + std::to_string(layers)});
+  std::vector<std::string> ov = {"model.recompute=" + mode, "model.recompute_layers=" + std::to_string(layers)};
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  expect_equivalent(L, ov, "mixed", false, layout_only);
 }
 }  // namespace
 
@@ -651,4 +662,44 @@ TEST(Np8Zero, DpPpTp) {
   REQUIRE_WORLD(8);
   expect_equivalent(lay(2, 2, 1, 2), {"parallel.zero=1"});
   expect_equivalent(lay(2, 2, 1, 2, "interleaved", 2), {"parallel.zero=1", "model.layers=4"});
+}
+
+// ---- sequence parallelism (issue 15 item 3): equal to the 1-rank run ------------------
+// Micro-batches of 31 tokens (train.max_seq_len = 31, fixed packer): uneven
+// over tp = 2 (16 + 15) and tp = 4 (8 + 8 + 8 + 7); with cp = 2 the CP shard
+// (15 or 16 tokens) is split again over TP. The 1-rank reference has no SP
+// (the deck refuses it with tp = 1): SP is a layout choice, not a model change.
+
+namespace {
+const std::vector<std::string> kSP = {"parallel.sequence_parallel=true"};
+}
+
+TEST(Np2SP, TensorParallel2) {
+  REQUIRE_WORLD(2);
+  expect_equivalent(lay(1, 1, 1, 2), {"train.max_seq_len=31"}, "mixed", /*eval=*/true, kSP);
+}
+TEST(Np2SP, RecomputeSelectiveBitIdentical) {
+  REQUIRE_WORLD(2);
+  expect_recompute_bit_identical(lay(1, 1, 1, 2), "selective", 0, {"train.max_seq_len=31"}, kSP);
+}
+
+TEST(Np4SP, TensorParallel4) {
+  REQUIRE_WORLD(4);
+  expect_equivalent(lay(1, 1, 1, 4), {"model.kv_heads=4", "train.max_seq_len=31"}, "mixed", false, kSP);
+}
+TEST(Np4SP, CpTp) {
+  REQUIRE_WORLD(4);
+  expect_equivalent(lay(1, 1, 2, 2), {"balance.sharding=document", "train.max_seq_len=31"}, "mixed", false, kSP);
+  // Tiny documents, 7-token micro-batches: CP shards of 0..4 tokens, so some
+  // TP ranks hold no residual row (T < tp).
+  expect_equivalent(lay(1, 1, 2, 2), {"balance.sharding=sequence", "train.max_seq_len=7", "optim.lr=3e-3"}, "tiny",
+                    false, kSP);
+}
+TEST(Np4SP, PpTp) {
+  REQUIRE_WORLD(4);
+  expect_equivalent(lay(1, 2, 1, 2), {"train.max_seq_len=31"}, "mixed", /*eval=*/true, kSP);
+}
+TEST(Np4SP, RecomputeFullBitIdentical) {
+  REQUIRE_WORLD(4);
+  expect_recompute_bit_identical(lay(1, 2, 1, 2), "full", 0, {"train.max_seq_len=31"}, kSP);
 }

@@ -21,6 +21,23 @@
 /// skipped when the TP communicator has size 1, so a one-rank model calls no
 /// MPI at all.
 ///
+/// Sequence parallelism (parallel.sequence_parallel; Korthikanti et al. 2022,
+/// "Reducing Activation Recomputation in Large Transformer Models", §4.2.2):
+/// the residual stream and the RMSNorm regions hold only this rank's rows
+/// [t0, t0+Ts) = split_range(T, tp, tp_rank) of the T tokens (residual_rows;
+/// uneven T/tp is legal, and Ts = 0 when T < tp: that rank still joins every
+/// collective). An all-gather over TP (g) of the norm output precedes the
+/// column-parallel GEMMs (QKV, gate/up, LM head); a reduce-scatter (ḡ)
+/// replaces the all-reduce after the row-parallel ones (wo, w_down) and after
+/// the vocab-parallel embedding. Backward runs the conjugates: reduce-scatter
+/// of the norm-output gradient, all-gather of the residual gradient before
+/// the row-parallel GEMMs and the embedding. The saved norm output is kept at
+/// Ts rows and all-gathered again in the backward (Megatron-LM does the
+/// same), so only head/FFN-sharded fields stay T-sized. Norm-weight gradients
+/// are partial per rank and summed over TP once per backward(), so every TP
+/// rank adds the same full gradient (they stay tp_replicated). With CP, T is
+/// this rank's CP shard: tokens split over CP first, then over TP.
+///
 /// Context parallelism hook: the keys/values attention reads come from a
 /// KvExchange (identity by default). A CP implementation all-gathers K/V over
 /// the CP group in gather() and reduce-scatters dK/dV in reduce_scatter()
@@ -33,7 +50,12 @@
 /// (backward passes run one at a time). forward/backward allocate nothing.
 /// Per slot and layer, with model.recompute = none:
 /// (4·d + 2·Hq_l·D + 2·Hkv_l·D + Hq_l + 3·F_l + 2)·C elements (Hq_l, Hkv_l,
-/// F_l: this rank's shard; C = max_tokens).
+/// F_l: this rank's shard; C = max_tokens). Under sequence parallelism the
+/// residual/norm fields x_in, rstd1, xn1, h1, rstd2, xn2 and the stage top's
+/// output hidden, final-norm rstd and output hold ⌈C/tp⌉ rows, i.e.
+/// (4·d + 2)·⌈C/tp⌉ + (2·Hq_l·D + 2·Hkv_l·D + Hq_l + 3·F_l)·C per slot and
+/// layer, plus two [C][d] buffers shared by all slots (gathered norm output,
+/// full-T GEMM output before its reduce-scatter).
 ///
 /// Activation recompute (model.recompute, for the first model.recompute_layers
 /// local layers, 0 = all): `full` keeps only the layer input x_in (d·C per
@@ -117,7 +139,8 @@ class KvExchange {
 /// Result of Transformer::forward.
 template <class Scalar>
 struct StageOutput {
-  /// Non-last stage: the stage's output hidden states [T][d] (a window into
+  /// Non-last stage: the stage's output hidden states [T][d] (under sequence
+  /// parallelism [residual_rows(T).count][d], this rank's rows; a window into
   /// the slot's workspace, valid until the next forward on the same slot).
   /// Last stage: empty.
   View2<Scalar> hidden;
@@ -152,10 +175,12 @@ class Transformer {
   /// \param tp         tensor-parallel communicator (size 1: no collectives)
   /// \param slots      micro-batches in flight (forwards whose backward is pending)
   /// \param max_tokens workspace capacity: most tokens of one micro-batch
+  /// \param sequence_parallel parallel.sequence_parallel (see the file
+  ///        comment); ignored when tp.size() == 1
   /// \throws wlb::core::ConfigError from validate_shard(); std::invalid_argument
   ///         if slots < 1, max_tokens < 1 or stage's TP fields differ from tp.
   Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage, comm::Communicator tp,
-              int slots, std::int64_t max_tokens);
+              int slots, std::int64_t max_tokens, bool sequence_parallel = false);
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
@@ -167,8 +192,9 @@ class Transformer {
   /// Forward of micro-batch `mb` into workspace `slot` (whose previous
   /// backward must be done).
   /// \param input_hidden non-first stage: [≥T][d] hidden states from the
-  ///        previous stage (copied; the caller may reuse it). First stage: ignored
-  ///        (mb.token_ids is read).
+  ///        previous stage (copied; the caller may reuse it); under sequence
+  ///        parallelism [≥residual_rows(T).count][d], this rank's rows only.
+  ///        First stage: ignored (mb.token_ids is read).
   /// \throws std::invalid_argument for a bad slot, T > max_tokens (T = 0 is legal: an empty CP shard still joins every collective), or
   ///         missing inputs; std::logic_error if the slot's backward is pending.
   StageOutput<Scalar> forward(int slot, const MicroBatchInput& mb, const View2<Scalar>& input_hidden = {});
@@ -177,11 +203,12 @@ class Transformer {
   /// (grad_scale · loss) (last stage) or of ⟨grad_output, output⟩ (other
   /// stages) to params().grads().
   /// \param grad_output non-last stage: [≥T][d] gradient w.r.t. the stage
-  ///        output. Last stage: ignored.
+  ///        output (SP: [≥residual_rows(T).count][d]). Last stage: ignored.
   /// \param grad_scale  last stage: multiplies dloss (normally 1 / target
   ///        tokens of the step). Otherwise ignored.
-  /// \return non-first stage: gradient w.r.t. input_hidden, [T][d], valid until
-  ///         the next backward call; first stage: empty.
+  /// \return non-first stage: gradient w.r.t. input_hidden, [T][d] (SP:
+  ///         [residual_rows(T).count][d]), valid until the next backward call;
+  ///         first stage: empty.
   /// \throws std::logic_error if the slot holds no forward, std::invalid_argument
   ///         if mb.tokens differs from that forward's.
   View2<Scalar> backward(int slot, const MicroBatchInput& mb, const View2<Scalar>& grad_output = {},
@@ -194,10 +221,18 @@ class Transformer {
   /// Replaces the K/V source (context parallelism); nullptr restores identity.
   void set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x);
 
-  /// Wall seconds spent in this stage's TP all-reduces since the last
+  /// Wall seconds spent in this stage's TP all-reduces (SP: all-gathers and
+  /// reduce-scatters) since the last
   /// reset (the vocab-parallel cross-entropy's small reductions excluded).
   double tp_comm_seconds() const { return tp_comm_seconds_; }
   void reset_tp_comm_seconds() { tp_comm_seconds_ = 0; }
+
+  /// Rows [offset, offset+count) of a T-token micro-batch that this rank's
+  /// residual stream holds: split_range(T, tp, tp_rank) under sequence
+  /// parallelism (count may be 0 when T < tp), else (0, T). The stage input
+  /// and output hidden states and their gradients have `count` rows.
+  std::pair<std::int64_t, std::int64_t> residual_rows(std::int64_t T) const;
+  bool sequence_parallel() const { return sp_; }
 
   int slots() const { return int(slot_tokens_.size()); }
   std::int64_t max_tokens() const { return cap_; }
@@ -207,7 +242,7 @@ class Transformer {
   // Field order of one layer's saved activations (see workspace layout in .cpp).
   enum Field { kXin, kRstd1, kXn1, kQ, kK, kV, kO, kLse, kH1, kRstd2, kXn2, kG, kU, kA, kNumFields };
   enum Top { kXout, kRstdF, kXnF, kLogits, kCeLse, kNumTop };
-  enum Scratch { kDres, kDxn, kDq, kDk, kDv, kDo, kDa, kDg, kDu, kCeScratch, kNumScratch };
+  enum Scratch { kDres, kDxn, kDq, kDk, kDv, kDo, kDa, kDg, kDu, kCeScratch, kGath, kFull, kNumScratch };
   struct LayerParams {
     std::size_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
@@ -232,29 +267,40 @@ class Transformer {
   Scalar* top(int slot, Top f) const;
   Scalar* scratch(Scratch f) const;
   void allreduce_tp(const View2<Scalar>& x) const;
+  /// SP: all-gathers this rank's rows `local` of a [T][d] tensor into
+  /// scratch `dst` (operator g) and returns the [T][d] view.
+  View2<Scalar> allgather_tp(const View2<Scalar>& local, std::int64_t T, Scratch dst) const;
+  /// SP: reduce-scatters the partial [T][d] `full` over TP into this rank's rows `local` (operator ḡ).
+  void reduce_scatter_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const;
+  void sp_counts(std::int64_t T) const;  // fills sp_counts_/sp_displs_ (elements) for T tokens
 
   core::ModelConfig cfg_;
   std::int64_t vocab_ = 0;
   comm::Communicator tp_;
   ParamRegistry<Scalar> params_;
   std::int64_t cap_ = 0;
+  bool sp_ = false;        // sequence parallelism (only when tp > 1)
+  std::int64_t scap_ = 0;  // rows of the residual/norm fields: ⌈C/tp⌉ under SP, else C
   std::int64_t d_ = 0, D_ = 0, hq_ = 0, hkv_ = 0, f_ = 0, vl_ = 0, v0_ = 0;
   std::int64_t vl_real_ = 0;  // columns of this vocabulary shard below cfg.data_vocab (the rest: padding)
   int nlayers_ = 0;
   std::vector<LayerParams> lp_;
   std::size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;
   std::vector<std::int64_t> width_;       // per Field, elements per token
-  std::vector<std::vector<std::int64_t>> field_off_;  // [layer][Field]: offset in the slot (units of C); -1: in rec_
+  std::vector<std::int64_t> rows_;        // per Field, token capacity (C, or scap_ for residual/norm fields)
+  std::vector<std::vector<std::int64_t>> field_off_;  // [layer][Field]: offset in the slot (elements); -1: in rec_
   std::vector<Recompute> rc_;             // per local layer
-  std::vector<std::int64_t> rec_off_;     // per Field, offset in rec_ (units of C)
+  std::vector<std::int64_t> rec_off_;     // per Field, offset in rec_ (elements)
   View1<Scalar> rec_;                     // one layer's fields that layers do not keep
-  std::vector<std::int64_t> top_off_;     // per Top, units of C
+  std::vector<std::int64_t> top_off_;     // per Top, elements
   std::int64_t slot_size_ = 0;            // elements
   std::vector<std::int64_t> scr_off_;     // per Scratch, units of C
   View1<Scalar> ws_;                      // all slots
   View1<Scalar> scr_;                     // shared gradient scratch
   std::vector<std::int64_t> slot_tokens_; // T of the pending forward, -1: none
   std::shared_ptr<KvExchange<Scalar>> kvx_;
+  View1<Scalar> norm_grad_;               // SP: partial norm-weight gradients of one backward
+  mutable std::vector<int> sp_counts_, sp_displs_;
   mutable double tp_comm_seconds_ = 0;
 };
 

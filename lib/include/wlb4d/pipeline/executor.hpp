@@ -11,7 +11,10 @@
 /// is [T_i][d] floats (row-major), T_i = tokens of this rank's CP shard. T_i
 /// may be 0 (a micro-batch shorter than 2·cp): the rank still runs the
 /// micro-batch so it takes part in every layer's K/V exchange, and
-/// sends/receives 0 floats.
+/// sends/receives 0 floats. Under sequence parallelism
+/// (parallel.sequence_parallel) a message carries only this TP rank's rows of
+/// the CP shard, Transformer::residual_rows(T_i): [⌈T_i/tp⌉ or ⌊T_i/tp⌋][d],
+/// and the receive buffers are sized to match.
 ///
 /// pp = 1 with virtual stages > 1: the chunk hand-offs are local (the
 /// schedule holds no message for them); the executor passes activations and
@@ -91,6 +94,8 @@ class Executor {
   void send(const Action& a, RunStats& st);
   void receive(const Action& a, RunStats& st);
   void bind_cp(int micro_batch);
+  /// Rows of micro-batch mb's activation/gradient messages (SP: this TP rank's share).
+  std::int64_t hidden_rows(std::size_t mb) const;
   void collect_comm_times(RunStats& st);
   HostView1<float> staging(std::int64_t n);
 
