@@ -703,3 +703,10 @@ TEST(Np4SP, RecomputeFullBitIdentical) {
   REQUIRE_WORLD(4);
   expect_recompute_bit_identical(lay(1, 2, 1, 2), "full", 0, {"train.max_seq_len=31"}, kSP);
 }
+
+// ZeRO-1 and sequence parallelism together (dp=2 x tp=2): the norm-weight
+// gradients summed over TP by SP, then reduce-scattered over DP by ZeRO-1.
+TEST(Np4ZeroSP, DpTp) {
+  REQUIRE_WORLD(4);
+  expect_equivalent(lay(2, 1, 1, 2), {"parallel.zero=1", "train.max_seq_len=31"}, "mixed", false, kSP);
+}
