@@ -68,8 +68,8 @@ fi
 echo "== summary (steady state: last step line of each run)"
 for f in "$OUT"/gpu*.log; do
   line=$(grep -E 'step +[0-9]+/' "$f" | tail -1)
-  tok=$(sed -E 's/.*\| ([0-9.]+) tok\/s.*/\1/' <<<"$line")
-  gf=$(sed -E 's/.*\| ([0-9.]+) GFLOP\/s.*/\1/' <<<"$line")
-  printf '%-10s %10s tokens/s %10.2f TFLOP/s (model FLOP, formula in scripts/bench.sh)\n' \
+  tok=$(sed -E 's/.*\| ([0-9.]+) tok\/s\/dev.*/\1/' <<<"$line")
+  gf=$(sed -E 's/.*\| ([0-9.]+) GFLOP\/s\/dev.*/\1/' <<<"$line")
+  printf '%-10s %10s tokens/s/GPU %10.2f TFLOP/s/GPU (model FLOP, model::model_flops)\n' \
     "$(basename "$f" .log)" "$tok" "$(awk -v g="$gf" 'BEGIN{print g/1000}')"
 done

@@ -264,6 +264,14 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(std::string, log, csv_file, "CSV copy of the timing table (path; empty: off)", any<std::string>()),
       WLB_KEY(std::string, log, level, "log level: trace|debug|info|warn|error",
               one_of({"trace", "debug", "info", "warn", "error"})),
+      WLB_KEY(double, log, peak_tflops,
+              "peak of one device (rank) in TFLOP/s for the step line's and the timing log's MFU "
+              "(model FLOP/s per device / peak; 0: no MFU)",
+              at_least(0.0)),
+      WLB_KEY(std::int64_t, log, trace_step,
+              "record start/end of every pipeline action of this step (1-based, as the step line counts) in the "
+              "timing log's /trace (0: off)",
+              at_least<std::int64_t>(0)),
       // [comm]
       WLB_KEY(std::string, comm, wait, "yield (MPI_Test + sched_yield; oversubscribed) | block",
               one_of({"yield", "block"})),
@@ -489,6 +497,9 @@ void validate(const Config& c) {
                      c.train.max_seq_len));
   if (!c.balance.calibrate && c.balance.cost_a == 0 && c.balance.cost_b == 0)
     fail("balance.calibrate=false needs balance.cost_a or balance.cost_b > 0 (the cost model)");
+  if (c.log.trace_step > c.train.steps)
+    fail(fmt::format("log.trace_step={} must be 0 (off) or <= train.steps={} (a step the run reaches)",
+                     c.log.trace_step, c.train.steps));
 }
 
 void validate_world(const Config& c, int world_size) {

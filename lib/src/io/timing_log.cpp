@@ -20,7 +20,7 @@ namespace h5 = data::h5;
 using h5::Handle;
 using core::DataError;
 
-constexpr int kFormatVersion = 2;
+constexpr int kFormatVersion = 3;
 const char* const kNames[kNumCategories] = {"plan",     "data",     "forward",   "backward",
                                             "p2p_wait", "tp_comm",  "cp_comm",   "dp_reduce",
                                             "optimizer", "checkpoint", "eval",   "total"};
@@ -80,7 +80,8 @@ const std::vector<Field>& step_fields() {
     for (Field x : {WLB_FIELD(R, loss), WLB_FIELD(R, val_loss), WLB_FIELD(R, grad_norm), WLB_FIELD(R, lr),
                     WLB_FIELD(R, tokens), WLB_FIELD(R, local_tokens), WLB_FIELD(R, gflops),
                     WLB_FIELD(R, attn_imbalance), WLB_FIELD(R, latency_imbalance), WLB_FIELD(R, cp_imbalance),
-                    WLB_FIELD(R, delay_mean), WLB_FIELD(R, delay_max), WLB_FIELD(R, compute_cpu)})
+                    WLB_FIELD(R, delay_mean), WLB_FIELD(R, delay_max), WLB_FIELD(R, compute_cpu),
+                    WLB_FIELD(R, elapsed), WLB_FIELD(R, tokens_seen), WLB_FIELD(R, rss_mib), WLB_FIELD(R, mfu)})
       f.push_back(x);
     return f;
   }();
@@ -96,6 +97,16 @@ const std::vector<Field>& restart_fields() {
       WLB_FIELD(R, cost_c),    WLB_FIELD(R, cost_calibrated)};
   return fields;
 }
+
+/// /trace columns, in file order.
+const std::vector<Field>& trace_fields() {
+  using R = TraceRecord;
+  static const std::vector<Field> fields = {
+      WLB_FIELD(R, step),        WLB_FIELD(R, rank), WLB_FIELD(R, stage), WLB_FIELD(R, virtual_stage),
+      WLB_FIELD(R, micro_batch), WLB_FIELD(R, kind), WLB_FIELD(R, peer),  WLB_FIELD(R, t0),
+      WLB_FIELD(R, t1)};
+  return fields;
+}
 #undef WLB_FIELD
 
 /// The HDF5 compound type of a record of `size` bytes with these fields.
@@ -108,6 +119,17 @@ Handle compound_type(const std::vector<Field>& fields, std::size_t size) {
 }
 Handle record_type() { return compound_type(step_fields(), sizeof(TimingRecord)); }
 Handle restart_type() { return compound_type(restart_fields(), sizeof(RestartRecord)); }
+Handle trace_type() { return compound_type(trace_fields(), sizeof(TraceRecord)); }
+
+/// A string attribute on `loc`, replacing an older one of the same name
+/// (the identity attributes are rewritten at every start).
+void set_attr_string(hid_t loc, const std::string& name, const std::string& value, const std::string& path) {
+  {
+    h5::Quiet quiet;
+    if (H5Aexists(loc, name.c_str()) > 0) H5Adelete(loc, name.c_str());
+  }
+  h5::write_attr_string(loc, name, value, path, h5::StrKind::VariableUtf8);
+}
 
 void write_csv_header(std::ostream& os) {
   const auto& fields = step_fields();
@@ -163,8 +185,16 @@ template <class T> std::vector<T> read_table(const std::string& path, const char
   hsize_t n[1] = {0};
   H5Sget_simple_extent_dims(sp.get(), n, nullptr);
   std::vector<T> rows(n[0]);
-  if (n[0]) H5Dread(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
+  if (n[0] && H5Dread(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+    throw DataError("timing log '" + path + "': cannot read " + name);
   return rows;
+}
+
+bool has_dataset(const std::string& path, const char* name) {
+  h5::Quiet quiet;
+  Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!f.valid()) throw DataError("timing log '" + path + "' cannot be opened");
+  return H5Lexists(f.get(), name, H5P_DEFAULT) > 0;
 }
 }  // namespace
 
@@ -172,7 +202,8 @@ const char* category_name(int c) { return (c >= 0 && c < kNumCategories) ? kName
 
 struct TimingLog::Impl {
   comm::Communicator world;
-  Handle file, steps, restarts, rtype, stype;  // closed in reverse order, file last
+  Handle file, steps, restarts, trace, rtype, stype, ttype;  // closed in reverse order, file last
+  std::string h5_path;
   std::ofstream csv;
 
   void open_existing(const std::string& h5_path);
@@ -220,18 +251,31 @@ void TimingLog::Impl::open_csv(const std::string& csv_path) {
 }
 
 TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, const comm::Communicator& world,
-                     const RestartRecord& restart)
+                     const RestartRecord& restart, const RunIdentity& id)
     : impl_(std::make_unique<Impl>()) {
   impl_->world = world;
   if (world.rank() != 0) return;
   if (!h5_path.empty()) {
+    impl_->h5_path = h5_path;
     impl_->rtype = record_type();
     impl_->stype = restart_type();
+    impl_->ttype = trace_type();
     if (file_exists(h5_path))
       impl_->open_existing(h5_path);
     else
       impl_->create(h5_path);
     append_rows(impl_->restarts.get(), impl_->stype.get(), &restart, 1);
+    const hid_t root = impl_->file.get();
+    set_attr_string(root, "deck", id.deck, h5_path);
+    set_attr_string(root, "program_version", id.program_version, h5_path);
+    set_attr_string(root, "start_time", id.start_time, h5_path);
+    set_attr_string(root, "layout", id.layout, h5_path);
+    for (const char* a : {"world_size", "peak_tflops"}) {
+      h5::Quiet quiet;
+      if (H5Aexists(root, a) > 0) H5Adelete(root, a);
+    }
+    h5::write_attr(root, "world_size", H5T_NATIVE_INT32, &id.world_size, 1, true, h5_path);
+    h5::write_attr(root, "peak_tflops", H5T_NATIVE_DOUBLE, &id.peak_tflops, 1, true, h5_path);
     H5Fflush(impl_->file.get(), H5F_SCOPE_LOCAL);
   }
   if (!csv_path.empty()) impl_->open_csv(csv_path);
@@ -254,6 +298,41 @@ std::vector<TimingRecord> TimingLog::append(const TimingRecord& mine) {
     }
   }
   return all;
+}
+
+std::vector<TraceRecord> TimingLog::append_trace(const std::vector<TraceRecord>& mine, const std::string& kind_names) {
+  const auto& w = impl_->world;
+  // Bytes per rank: TraceRecord is POD, gathered like /steps' records.
+  const int my_bytes = int(mine.size() * sizeof(TraceRecord));
+  std::vector<int> counts(std::size_t(w.size()), 0), displs(std::size_t(w.size()), 0);
+  w.allgather(&my_bytes, counts.data(), 1);
+  int total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    displs[r] = total;
+    total += counts[r];
+  }
+  std::vector<TraceRecord> all(std::size_t(total) / sizeof(TraceRecord));
+  w.allgatherv(reinterpret_cast<const char*>(mine.data()), std::size_t(my_bytes), reinterpret_cast<char*>(all.data()),
+               counts, displs);
+  if (w.rank() != 0) return {};
+  if (impl_->file.valid() && !all.empty()) {
+    auto& I = *impl_;
+    if (!I.trace.valid()) {
+      h5::Quiet quiet;
+      if (H5Lexists(I.file.get(), "/trace", H5P_DEFAULT) > 0) I.trace = Handle(H5Dopen2(I.file.get(), "/trace", H5P_DEFAULT));
+    }
+    if (!I.trace.valid()) I.trace = create_table(I.file.get(), I.h5_path, "/trace", I.ttype.get());
+    set_attr_string(I.trace.get(), "kind_names", kind_names, I.h5_path);
+    append_rows(I.trace.get(), I.ttype.get(), all.data(), all.size());
+    H5Fflush(I.file.get(), H5F_SCOPE_LOCAL);
+  }
+  return all;
+}
+
+std::vector<TraceRecord> TimingLog::read_trace(const std::string& path) {
+  if (!has_dataset(path, "/trace")) return {};
+  const Handle t = trace_type();
+  return read_table<TraceRecord>(path, "/trace", t.get());
 }
 
 std::vector<TimingRecord> TimingLog::read_steps(const std::string& path) {

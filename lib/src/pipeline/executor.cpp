@@ -250,7 +250,7 @@ void Executor::collect_comm_times(RunStats& st) {
   }
 }
 
-RunStats Executor::run(bool backward, double grad_scale) {
+RunStats Executor::run(bool backward, double grad_scale, bool trace) {
   auto& L = *loaded_;
   RunStats st;
   const int m = int(L.count), v = cfg_.parallel.virtual_stages;
@@ -262,7 +262,9 @@ RunStats Executor::run(bool backward, double grad_scale) {
   }
   L.loss_sum = 0;
   if (kvx_) kvx_->reset_comm_seconds();
+  if (trace) st.trace.reserve(actions.size());
   for (const auto& a : actions) {
+    const double t0 = trace ? wall_seconds() : 0.0;
     switch (a.type) {
       case ActionType::Forward: forward(a, backward, st); break;
       case ActionType::Backward: this->backward(a, grad_scale, st); break;
@@ -271,6 +273,7 @@ RunStats Executor::run(bool backward, double grad_scale) {
       case ActionType::RecvAct:
       case ActionType::RecvGrad: receive(a, st); break;
     }
+    if (trace) st.trace.push_back({a, t0, wall_seconds()});
   }
   collect_comm_times(st);
   st.loss_sum = L.loss_sum;

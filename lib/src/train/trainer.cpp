@@ -6,6 +6,7 @@
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
+#include "wlb4d/core/version.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/data/document_stream.hpp"
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <sys/resource.h>
 #include <cmath>
+#include <ctime>
 #include <optional>
 
 namespace wlb::train {
@@ -74,12 +76,47 @@ struct Throughput {
   }
 };
 
-/// Rank 0's step line: loss, throughput since the last line, and the compute
-/// time and imbalance over ranks of this step (`all`: every rank's record).
+/// Peak resident host memory of this process (MiB; getrusage, KiB on Linux).
+double peak_rss_mib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;
+}
+
+/// "1:02:03" (hours unbounded).
+std::string hms(double seconds) {
+  const auto t = std::int64_t(std::max(0.0, seconds) + 0.5);
+  return fmt::format("{}:{:02d}:{:02d}", t / 3600, int(t / 60 % 60), int(t % 60));
+}
+
+/// 950, 12.3k, 4.56M, 7.89G (tokens).
+std::string human_count(double x) {
+  if (x < 1e3) return fmt::format("{:.0f}", x);
+  if (x < 1e6) return fmt::format("{:.1f}k", x * 1e-3);
+  if (x < 1e9) return fmt::format("{:.2f}M", x * 1e-6);
+  return fmt::format("{:.2f}G", x * 1e-9);
+}
+
+/// What the step line needs beyond the step's own result.
+struct StepLineContext {
+  int total_steps = 0;
+  int devices = 1;          ///< world size: throughput and MFU are per device (rank)
+  double peak_tflops = 0;   ///< log.peak_tflops (0: no MFU field)
+  double elapsed = 0;       ///< seconds since run() started
+  double eta = 0;           ///< seconds left at the mean pace (eval and checkpoints included)
+};
+
+/// Rank 0's step line: progress, loss, throughput since the last line (per
+/// device and as MFU), the step's own time and, apart, its evaluation and
+/// checkpoint time, memory, ETA, and the compute time and imbalance over
+/// ranks of this step (`all`: every rank's record).
 void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
-                     int total_steps) {
-  double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0;
+                     const StepLineContext& ctx) {
+  double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0;
   for (const auto& r : all) {
+    mem = std::max(mem, r.rss_mib);
+    eval = std::max(eval, r.time[io::kEval]);
+    ckpt = std::max(ckpt, r.time[io::kCheckpoint]);
     const double c = r.time[io::kForward] + r.time[io::kBackward];
     tmin = std::min(tmin, c);
     tmax = std::max(tmax, c);
@@ -91,11 +128,19 @@ void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>
   // time-slicing inflates when ranks outnumber cores).
   const double cpu_imb = csum > 0 ? cmax / (csum / double(all.size())) : 1.0;
   const std::string val = last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "";
+  const double flops_dev = w.seconds > 0 ? w.flops / w.seconds / double(ctx.devices) : 0;
+  const std::string mfu =
+      ctx.peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
+  const std::string extra = (eval > 0 ? fmt::format(" | eval {:.0f} ms", eval * 1e3) : std::string()) +
+                            (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string());
   spdlog::info(
-      "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | {:.2f} GFLOP/s | {:.0f} ms"
+      "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
+      " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
       " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}",
-      last.step + 1, total_steps, last.loss, val, last.lr, last.grad_norm, w.tokens / w.seconds,
-      w.flops / w.seconds * 1e-9, last.seconds * 1e3, tmin * 1e3, tsum / double(all.size()) * 1e3, tmax * 1e3,
+      last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
+      human_count(double(last.record.tokens_seen)), last.tokens,
+      w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
+      extra, mem, hms(ctx.eta), tmin * 1e3, tsum / double(all.size()) * 1e3, tmax * 1e3,
       last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb);
 }
 
@@ -123,6 +168,8 @@ struct Trainer::Impl {
   std::vector<balance::MicroBatch> val_mbs;
   std::int64_t val_targets = 0;
   std::string resumed_from;  // the checkpoint this run resumed from ("" : a fresh start)
+  double run_start = 0;      // now() when this start's training began (step line's elapsed, ETA)
+  std::vector<io::TraceRecord> trace_rows;  // this rank's actions of the traced step (log.trace_step)
 
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
@@ -295,6 +342,29 @@ struct Trainer::Impl {
     rec.cp_imbalance = metrics.cp_imbalance;
     rec.delay_mean = metrics.mean_delay_steps;
     rec.delay_max = double(metrics.max_delay_steps);
+    rec.tokens_seen = tokens_seen;
+    rec.rss_mib = peak_rss_mib();
+    rec.mfu = cfg.log.peak_tflops > 0
+                  ? rec.gflops * 1e9 / double(grid.world().size()) / (cfg.log.peak_tflops * 1e12)
+                  : -1.0;
+  }
+
+  /// The traced step's actions as /trace rows, times from the step's start.
+  void keep_trace(const std::vector<pipeline::ActionTiming>& t, double t_start) {
+    trace_rows.clear();
+    for (const auto& a : t) {
+      io::TraceRecord r;
+      r.step = step;
+      r.rank = grid.rank();
+      r.stage = grid.pp_rank();
+      r.virtual_stage = a.action.virtual_stage;
+      r.micro_batch = a.action.micro_batch;
+      r.kind = int(a.action.type);
+      r.peer = a.action.peer;
+      r.t0 = a.t0 - t_start;
+      r.t1 = a.t1 - t_start;
+      trace_rows.push_back(r);
+    }
   }
 
   /// Fixed order, fixed packing: the first eval_tokens tokens of the validation
@@ -328,9 +398,7 @@ struct Trainer::Impl {
 
   /// Run summary: peak resident memory per rank (getrusage, KiB on Linux).
   void print_summary(const StepResult& last, bool stopped) const {
-    struct rusage ru {};
-    getrusage(RUSAGE_SELF, &ru);
-    const double rss_mib = double(ru.ru_maxrss) / 1024.0;
+    const double rss_mib = peak_rss_mib();
     const double rss_max = grid.world().allreduce_value(rss_mib, comm::ReduceOp::Max);
     const double rss_min = grid.world().allreduce_value(rss_mib, comm::ReduceOp::Min);
     if (grid.rank() != 0) return;
@@ -411,7 +479,20 @@ Trainer::Trainer(const core::Config& cfg, const grid::ProcessGrid& grid)
   rr.cost_b = I.cost.b;
   rr.cost_c = I.cost.c;
   rr.cost_calibrated = cfg.balance.calibrate ? 1 : 0;
-  I.tlog = std::make_unique<io::TimingLog>(cfg.log.timing_file, cfg.log.csv_file, grid.world(), rr);
+  io::RunIdentity id;
+  id.deck = cfg.deck_path;
+  id.program_version = fmt::format("{} (git {})", core::kVersion, core::kGitSha);
+  const std::time_t t = std::time(nullptr);
+  char iso[32] = {};
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  std::strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  id.start_time = iso;
+  id.layout = fmt::format("dp={} pp={} cp={} tp={} schedule={} v={}", rr.dp, rr.pp, rr.cp, rr.tp,
+                          cfg.parallel.schedule, cfg.parallel.virtual_stages);
+  id.world_size = grid.world().size();
+  id.peak_tflops = cfg.log.peak_tflops;
+  I.tlog = std::make_unique<io::TimingLog>(cfg.log.timing_file, cfg.log.csv_file, grid.world(), rr, id);
 }
 
 Trainer::~Trainer() = default;
@@ -422,7 +503,12 @@ StepResult Trainer::step() {
   auto& I = *impl_;
   core::fault_point("step", I.grid.rank(), I.step);  // tests only (WLB4D_FAULT)
   io::TimingRecord rec = I.new_record();
+  // log.trace_step counts from 1, like the step line. The traced step starts
+  // at a world barrier so that every rank's trace shares its origin (ranks of
+  // one node also share the steady clock).
+  const bool traced = I.cfg.log.trace_step == I.step + 1;
   Kokkos::fence();
+  if (traced) I.grid.world().barrier();
   const double t_start = now();
 
   // 1. Plan: identical on every rank (same stream, same packer).
@@ -436,8 +522,10 @@ StepResult Trainer::step() {
   t0 = now();
   I.load(plan);
   rec.time[io::kData] = now() - t0;
-  const auto run = I.exec->run(/*backward=*/true, plan.target_tokens > 0 ? 1.0 / double(plan.target_tokens) : 0.0);
+  const auto run =
+      I.exec->run(/*backward=*/true, plan.target_tokens > 0 ? 1.0 / double(plan.target_tokens) : 0.0, traced);
   add_run_stats(rec, run);
+  if (traced) I.keep_trace(run.trace, t_start);
 
   // 5. Gradients: sum over DP×CP (each replica holds partial sums).
   Kokkos::fence();
@@ -453,16 +541,17 @@ StepResult Trainer::step() {
   Kokkos::fence();
   rec.time[io::kOptimizer] = now() - t0;
 
-  // 7. Records (and the validation loss when due).
+  // 7. Records (and the validation loss when due). kTotal is the step alone:
+  // evaluation (and, in run(), the checkpoint) have their own columns.
+  rec.time[io::kTotal] = now() - t_start;
   StepResult res = I.result(plan, loss, upd);
   ++I.step;
   if (I.eval_due()) {
     t0 = now();
     res.val_loss = evaluate();
+    Kokkos::fence();
     rec.time[io::kEval] = now() - t0;
   }
-  Kokkos::fence();
-  rec.time[io::kTotal] = now() - t_start;
   res.seconds = I.grid.world().allreduce_value(rec.time[io::kTotal], comm::ReduceOp::Max);
   I.fill_record(rec, res, metrics);
   res.record = rec;
@@ -506,6 +595,12 @@ StepResult Trainer::run() {
   }
   Throughput window;
   bool stop = false;
+  I.run_start = now();
+  const std::int64_t first_step = I.step;
+  std::string kind_names;  // /trace's names of the action kinds (pipeline::ActionType order)
+  for (auto k : {pipeline::ActionType::Forward, pipeline::ActionType::Backward, pipeline::ActionType::SendAct,
+                 pipeline::ActionType::RecvAct, pipeline::ActionType::SendGrad, pipeline::ActionType::RecvGrad})
+    kind_names += (kind_names.empty() ? "" : ",") + std::string(pipeline::to_string(k));
   while (I.step < I.cfg.train.steps && !stop) {
     last = step();
     const int urgent = I.agreed_checkpoint_urgency();
@@ -513,15 +608,24 @@ StepResult Trainer::run() {
     if (I.checkpoint_due(urgent)) {
       const double t0 = now();
       I.save_checkpoint();
-      last.record.time[io::kCheckpoint] = now() - t0;
-      last.record.time[io::kTotal] += last.record.time[io::kCheckpoint];
+      last.record.time[io::kCheckpoint] = now() - t0;  // not part of kTotal (the step alone)
     }
     window.add(last);
+    const double elapsed = now() - I.run_start;
+    last.record.elapsed = elapsed;
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
+    if (last.step + 1 == I.cfg.log.trace_step) I.tlog->append_trace(I.trace_rows, kind_names);  // collective
     const bool print = (last.step + 1) % I.cfg.train.print_every == 0 || last.step == 0 ||
                        last.step + 1 == I.cfg.train.steps || last.val_loss >= 0;
     if (print && g.rank() == 0) {
-      print_step_line(last, all, window, I.cfg.train.steps);
+      StepLineContext ctx;
+      ctx.total_steps = I.cfg.train.steps;
+      ctx.devices = g.world().size();
+      ctx.peak_tflops = I.cfg.log.peak_tflops;
+      ctx.elapsed = elapsed;
+      const double done = double(I.step - first_step);
+      ctx.eta = done > 0 ? elapsed / done * double(I.cfg.train.steps - I.step) : 0;
+      print_step_line(last, all, window, ctx);
       window = Throughput{};
     }
   }

@@ -537,3 +537,55 @@ TEST(TimingLog, RefusesOtherFormatVersion) {
         << e.what();
   }
 }
+
+// Issue [N]: /trace rows (log.trace_step) and the run's identity attributes
+// round-trip; a second start replaces the identity (no "attribute exists"
+// error) and appends to the existing /trace.
+TEST(TimingLog, TraceAndIdentityRoundTrip) {
+  fs::remove("timing_trace.h5");
+  io::RunIdentity id;
+  id.deck = "inputs/ci-tiny.ini";
+  id.program_version = "0.1.0 (git abc)";
+  id.start_time = "2026-12-01T00:00:00Z";
+  id.layout = "dp=1 pp=2 cp=1 tp=1 schedule=1f1b v=1";
+  id.world_size = 2;
+  id.peak_tflops = 0.5;
+  std::vector<io::TraceRecord> rows(3);
+  for (int i = 0; i < 3; ++i) {
+    rows[i].step = 2;
+    rows[i].stage = 1;
+    rows[i].micro_batch = i;
+    rows[i].kind = i % 2;
+    rows[i].t0 = 0.1 * i;
+    rows[i].t1 = 0.1 * i + 0.05;
+  }
+  {
+    io::TimingLog log("timing_trace.h5", "", comm::Communicator::self(), io::RestartRecord{}, id);
+    EXPECT_EQ(log.append_trace(rows, "F,B").size(), 3u);
+  }
+  id.layout = "dp=2 pp=1 cp=1 tp=1 schedule=1f1b v=1";
+  {
+    io::TimingLog log("timing_trace.h5", "", comm::Communicator::self(), io::RestartRecord{}, id);
+    EXPECT_EQ(log.append_trace({rows[0]}, "F,B").size(), 1u);
+  }
+  const auto back = io::TimingLog::read_trace("timing_trace.h5");
+  ASSERT_EQ(back.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(back[i].micro_batch, i);
+    EXPECT_EQ(back[i].kind, i % 2);
+    EXPECT_EQ(back[i].stage, 1);
+    EXPECT_DOUBLE_EQ(back[i].t1 - back[i].t0, 0.05);
+  }
+  hid_t f = H5Fopen("timing_trace.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t a = H5Aopen(f, "layout", H5P_DEFAULT);
+  ASSERT_GE(a, 0);
+  hid_t t = H5Aget_type(a);
+  char* s = nullptr;
+  ASSERT_GE(H5Aread(a, t, &s), 0);
+  EXPECT_STREQ(s, "dp=2 pp=1 cp=1 tp=1 schedule=1f1b v=1");
+  H5free_memory(s);
+  H5Tclose(t);
+  H5Aclose(a);
+  H5Fclose(f);
+}

@@ -128,6 +128,8 @@ struct LogConfig {
   std::string timing_file = "timing.h5";  ///< per-step, per-rank HDF5 table ("" : off)
   std::string csv_file;                   ///< optional CSV copy of the timing table
   std::string level = "info";             ///< trace | debug | info | warn | error
+  double peak_tflops = 0;                 ///< peak TFLOP/s of one device (rank), for the MFU column (0: no MFU)
+  std::int64_t trace_step = 0;            ///< record per-action pipeline timings of this step (1-based; 0: off)
 };
 
 /// [comm]

@@ -9,11 +9,19 @@
 ///              (step, rank), chunked; appended by rank 0 after each step.
 ///   /restarts  1-D extendible compound dataset of RestartRecord, one row per
 ///              start of the trainer (first start included).
-///   attributes on /: format = "wlb4d-timing", format_version = 2.
+///   /trace     1-D extendible compound dataset of TraceRecord: every pipeline
+///              action of the step log.trace_step names, one row per (rank,
+///              action); attribute kind_names (comma-separated names of the
+///              `kind` codes). Absent when no step was traced.
+///   attributes on /: format = "wlb4d-timing", format_version = 3, and the
+///              run's identity as of the latest start (RunIdentity: deck,
+///              program_version, start_time, layout, world_size, peak_tflops).
 /// All times are wall seconds measured after Kokkos::fence(), except
 /// TimingRecord::compute_cpu (process CPU seconds).
-/// Version 2 added compute_cpu and the cost-model columns of /restarts; a
-/// version-1 file is refused (DataError) rather than appended to.
+/// Version 2 added compute_cpu and the cost-model columns of /restarts;
+/// version 3 the step-line columns (elapsed, tokens_seen, rss_mib, mfu), t_total
+/// without evaluation and checkpoint, /trace and the identity attributes. A file
+/// of another version is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
 
@@ -36,8 +44,8 @@ enum TimeCategory : int {
   kDPReduce,    ///< gradient reduction over DP×CP
   kOptimizer,   ///< clipping + AdamW
   kCheckpoint,  ///< checkpoint writing
-  kEval,        ///< validation
-  kTotal,       ///< whole step
+  kEval,        ///< validation (not part of kTotal)
+  kTotal,       ///< the optimizer step alone: plan .. optimizer; eval and checkpoint excluded
   kNumCategories
 };
 /// Column names of the categories, in enum order ("plan", "data", ...).
@@ -66,6 +74,35 @@ struct TimingRecord {
   /// by time-slicing when ranks outnumber cores, so max/mean of it over ranks
   /// is the measured compute imbalance the balancer aims to remove.
   double compute_cpu = 0;
+  double elapsed = 0;         ///< wall seconds since this start of the trainer, at the end of the step (eval, checkpoint included)
+  std::int64_t tokens_seen = 0;  ///< tokens trained so far, this step included (all starts together)
+  double rss_mib = 0;         ///< peak resident host memory of this rank (MiB, getrusage ru_maxrss)
+  /// Model FLOP utilisation of the step: gflops·1e9 / world size / (log.peak_tflops·1e12)
+  /// (PaLM's MFU, Chowdhery et al. 2022 App. B; the FLOP of model::model_flops); -1: no peak given.
+  double mfu = -1;
+};
+
+/// One row of /trace: one action of one rank's pipeline action list in the
+/// traced step (pipeline::Executor::run with trace, DESIGN §7).
+struct TraceRecord {
+  std::int64_t step = 0;           ///< 0-based step index, as /steps
+  std::int32_t rank = 0;           ///< world rank
+  std::int32_t stage = 0;          ///< pipeline rank (pp coordinate)
+  std::int32_t virtual_stage = 0;  ///< local model chunk
+  std::int32_t micro_batch = 0;    ///< micro-batch index of the DP replica
+  std::int32_t kind = 0;           ///< action kind, a code named by /trace's kind_names
+  std::int32_t peer = -1;          ///< pipeline rank of the partner of a message; -1 for compute
+  double t0 = 0, t1 = 0;           ///< start, end: seconds since the traced step's start on this rank
+};
+
+/// Who wrote the log, stored as attributes on / at every start (the latest wins).
+struct RunIdentity {
+  std::string deck;             ///< deck file ("" : defaults and command line only)
+  std::string program_version;  ///< e.g. "0.1.0 (git 27b2f9f)"
+  std::string start_time;       ///< ISO 8601 UTC of this start
+  std::string layout;           ///< "dp=1 pp=2 cp=1 tp=1 schedule=1f1b v=1"
+  std::int32_t world_size = 1;
+  double peak_tflops = 0;       ///< log.peak_tflops (0: none)
 };
 
 /// One row of /restarts.
@@ -86,7 +123,7 @@ class TimingLog {
   /// gathered (for summaries), nothing is written.
   /// \throws core::DataError if the file exists but is not a timing log.
   TimingLog(const std::string& h5_path, const std::string& csv_path, const comm::Communicator& world,
-            const RestartRecord& restart);
+            const RestartRecord& restart, const RunIdentity& identity = {});
   ~TimingLog();
   TimingLog(const TimingLog&) = delete;
   TimingLog& operator=(const TimingLog&) = delete;
@@ -95,9 +132,16 @@ class TimingLog {
   /// them. Returns all ranks' records (valid on every rank).
   std::vector<TimingRecord> append(const TimingRecord& mine);
 
+  /// Collective: gathers every rank's trace rows (any count, 0 allowed);
+  /// rank 0 appends them to /trace (created on first use) and sets its
+  /// kind_names attribute. Returns all rows on rank 0, none elsewhere.
+  std::vector<TraceRecord> append_trace(const std::vector<TraceRecord>& mine, const std::string& kind_names);
+
   /// Reads every row of /steps (serial; for tests and tools).
   static std::vector<TimingRecord> read_steps(const std::string& h5_path);
   static std::vector<RestartRecord> read_restarts(const std::string& h5_path);
+  /// Rows of /trace (empty if no step was traced).
+  static std::vector<TraceRecord> read_trace(const std::string& h5_path);
 
  private:
   struct Impl;

@@ -42,6 +42,14 @@ class TokenDataset;
 
 namespace wlb::pipeline {
 
+/// Start and end of one action of a traced run() (log.trace_step): wall
+/// seconds of core::wall_seconds() (steady clock), so t0/t1 of ranks on one
+/// node share an origin; t1 - t0 includes the fences that close the action.
+struct ActionTiming {
+  Action action;
+  double t0 = 0, t1 = 0;
+};
+
 /// What one run() measured on this rank (seconds are wall time unless noted).
 struct RunStats {
   double loss_sum = 0;       ///< Σ CE over this rank's target tokens (nats; last stage, 0 elsewhere)
@@ -51,6 +59,9 @@ struct RunStats {
   double tp_comm_s = 0;      ///< TP all-reduces inside forward/backward
   double cp_comm_s = 0;      ///< CP K/V all-gathers and dK/dV reduce-scatters
   double compute_cpu_s = 0;  ///< process CPU seconds of forward/backward minus CPU spent in comm
+  /// With run(..., trace = true): one entry per action of this rank's action
+  /// list, in execution order (messages included); empty otherwise.
+  std::vector<ActionTiming> trace;
 };
 
 class Executor {
@@ -79,9 +90,11 @@ class Executor {
   /// PP, TP and CP groups). With backward = false only forwards run
   /// (evaluation) and no gradient changes. Gradients accumulate into the
   /// chunks' registries, scaled by grad_scale (1 / target tokens of the step).
+  /// With trace = true every action's start and end go into RunStats::trace
+  /// (two clock reads per action; off in ordinary steps).
   /// \throws core::InternalError if the action list names a buffer that was
   ///         never filled (a schedule bug); comm errors propagate.
-  RunStats run(bool backward, double grad_scale);
+  RunStats run(bool backward, double grad_scale, bool trace = false);
 
   /// Tokens this rank holds in the loaded micro-batches.
   std::int64_t local_tokens() const { return local_tokens_; }

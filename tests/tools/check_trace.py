@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""check_trace.py — checks the /trace table of a wlb4d timing log
+(log.trace_step) against the pipeline's rules, recomputed here.
+
+Usage: check_trace.py LOG.h5 --step N --pp P --micro-batches M
+
+For a schedule without virtual stages (gpipe, 1f1b) on P stages with M
+micro-batches per DP replica, pipeline rank s runs M forwards (F) and M
+backwards (B); it sends activations and receives gradients M times unless it
+is the last stage, and receives activations and sends gradients M times unless
+it is the first. Checked:
+  - rows only of step N-1 (0-based in the log), every world rank present;
+  - per rank, the count of every action kind equals that action list's;
+  - per rank, actions do not overlap in time (each starts after the previous
+    one ended) and start at t0 >= 0;
+  - per rank, each micro-batch's B starts after its F ended;
+  - across stages (same clock on one node): F of micro-batch i on stage s+1
+    does not start before F of i on stage s ended (5 ms skew allowed).
+Exit 0 when all hold, 1 with the failures, 77 when h5py is not installed.
+"""
+import argparse
+import sys
+from collections import Counter, defaultdict
+
+try:
+    import h5py
+except ImportError:
+    print("check_trace: h5py not installed: skipped")
+    sys.exit(77)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("log")
+    ap.add_argument("--step", type=int, required=True)
+    ap.add_argument("--pp", type=int, required=True)
+    ap.add_argument("--micro-batches", type=int, required=True)
+    a = ap.parse_args()
+    with h5py.File(a.log, "r") as f:
+        if "trace" not in f:
+            print(f"check_trace: {a.log} has no /trace")
+            return 1
+        t = f["trace"][()]
+        names = f["trace"].attrs["kind_names"]
+        names = (names.decode() if isinstance(names, bytes) else str(names)).split(",")
+        world = int(f.attrs["world_size"])
+    bad = []
+    if set(t["step"].tolist()) != {a.step - 1}:
+        bad.append(f"steps in /trace {sorted(set(t['step'].tolist()))}, expected [{a.step - 1}]")
+    ranks = sorted(set(t["rank"].tolist()))
+    if ranks != list(range(world)):
+        bad.append(f"ranks in /trace {ranks}, expected 0..{world - 1}")
+    m, p = a.micro_batches, a.pp
+    f_end = defaultdict(dict)  # stage -> mb -> latest F end over the stage's ranks
+    for r in ranks:
+        rows = sorted((x for x in t if x["rank"] == r), key=lambda x: x["t0"])
+        stage = int(rows[0]["stage"])
+        want = Counter({"F": m, "B": m})
+        if stage < p - 1:
+            want.update({"SendAct": m, "RecvGrad": m})
+        if stage > 0:
+            want.update({"RecvAct": m, "SendGrad": m})
+        got = Counter(names[int(x["kind"])] for x in rows)
+        if got != want:
+            bad.append(f"rank {r} (stage {stage}): actions {dict(got)}, expected {dict(want)}")
+        if rows[0]["t0"] < 0:
+            bad.append(f"rank {r}: first action starts at {rows[0]['t0']}")
+        for x, y in zip(rows, rows[1:]):
+            if y["t0"] < x["t1"] - 1e-9:
+                bad.append(f"rank {r}: {names[x['kind']]}(mb={x['micro_batch']}) [{x['t0']:.6f}, {x['t1']:.6f}] "
+                           f"overlaps {names[y['kind']]}(mb={y['micro_batch']}) from {y['t0']:.6f}")
+        fw = {int(x["micro_batch"]): x for x in rows if names[x["kind"]] == "F"}
+        for x in rows:
+            if names[x["kind"]] != "B":
+                continue
+            mb = int(x["micro_batch"])
+            if mb not in fw or x["t0"] < fw[mb]["t1"]:
+                bad.append(f"rank {r}: B(mb={mb}) at {x['t0']:.6f} before its F ended")
+        for mb, x in fw.items():
+            f_end[stage][mb] = max(f_end[stage].get(mb, 0.0), float(x["t1"]))
+            if stage > 0 and mb in f_end.get(stage - 1, {}) and x["t0"] < f_end[stage - 1][mb] - 0.005:
+                bad.append(f"rank {r}: F(mb={mb}) on stage {stage} starts at {x['t0']:.6f}, before stage "
+                           f"{stage - 1} finished it at {f_end[stage - 1][mb]:.6f}")
+    for b in bad:
+        print("check_trace: " + b)
+    print(f"check_trace: {len(t)} actions on {len(ranks)} ranks, {len(bad)} failures")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
