@@ -1,5 +1,6 @@
 // wlb4d — the training driver: MPI + Kokkos start-up, deck, process grid, Trainer.
 #include "tool_version.hpp"
+#include "wlb4d/core/blas_info.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/core/error.hpp"
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
                  grid.world_size(), p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding,
                  cfg.model.recompute, p.zero, p.sequence_parallel ? "on" : "off", ExecSpace::name(),
                  grid.dpcp().device_backend());
+    const auto blas = core::probe_blas();  // the GEMMs' kernel ([P]): a generic one costs 4-7x
+    spdlog::info("{}", blas.summary());
+    if (const auto advice = blas.advice(); !advice.empty()) spdlog::warn("{}", advice);
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();

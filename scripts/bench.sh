@@ -11,7 +11,8 @@
 # the build's Kokkos has the OpenMP backend, 1x2t (1 rank x 2 threads: the
 # hybrid MPI+OpenMP alternative to dp2 on the same two cores; kernels and
 # OpenBLAS both use the threads, OMP_PROC_BIND=spread OMP_PLACES=cores).
-#   OPENBLAS_MODE=native scripts/bench.sh # unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this run
+#   OPENBLAS_MODE=native scripts/bench.sh # unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this run (OpenBLAS's own
+#                                         # choice); by default an unset OPENBLAS_CORETYPE gets the CPU's best kernel
 #   NICE=-15 scripts/bench.sh             # run at a higher priority (as root) on a shared, busy machine
 #
 # Every layout runs MICRO_BATCHES (default 8) micro-batches per step, so
@@ -41,7 +42,15 @@ fi
 MICRO_BATCHES=${MICRO_BATCHES:-8}
 RUN=""
 [ -n "${NICE:-}" ] && RUN="nice -n $NICE"
-if [ "${OPENBLAS_MODE:-env}" = native ]; then unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; fi
+# native: the kernel OpenBLAS picks by itself (the generic fallback on a CPU it
+# does not know); env (default): the environment's OPENBLAS_CORETYPE, or the
+# best kernel the CPU supports when it is unset (scripts/openblas-env.sh).
+if [ "${OPENBLAS_MODE:-env}" = native ]; then
+  unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+else
+  # shellcheck source=openblas-env.sh
+  source scripts/openblas-env.sh
+fi
 export OMP_NUM_THREADS=1 KOKKOS_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 mkdir -p "$OUT/data"
 [ -x "$BIN/wlb4d" ] || { echo "bench: build first (scripts/build.sh)"; exit 1; }

@@ -10,6 +10,8 @@
 # e.g. one rank: `RANKS=1 scripts/quickstart.sh --parallel.dp=1 --parallel.pp=1 --parallel.cp=1`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=openblas-env.sh
+source scripts/openblas-env.sh   # the CPU's best OpenBLAS kernel when OPENBLAS_CORETYPE is unset
 RANKS=${RANKS:-8}
 RUN=runs/quickstart
 scripts/install-deps.sh

@@ -1,6 +1,7 @@
 // --version text (build_info.hpp).
 #include "wlb4d/core/build_info.hpp"
 
+#include "wlb4d/core/blas_info.hpp"
 #include "wlb4d/core/version.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -65,6 +66,7 @@ std::string version_report(const std::string& tool, const std::string& hdf5) {
   std::string build_type(kBuildType);
   if (build_type.empty()) build_type = "no CMAKE_BUILD_TYPE";
   out += fmt::format("  build    {} ({})\n", build_type, std::string(kCompiler));
+  out += fmt::format("  BLAS     {}\n", probe_blas().summary());
   return out;
 }
 

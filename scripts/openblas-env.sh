@@ -1,0 +1,20 @@
+# Sourced (not run) by scripts/quickstart.sh, scripts/bench.sh and
+# slurm/train-cpu.sbatch: when OPENBLAS_CORETYPE is unset, set it to the best
+# OpenBLAS kernel this CPU supports (issue [P] item 7). An OpenBLAS older than
+# the CPU (Debian 12's 0.3.21 on Zen 5) otherwise falls back to its generic
+# SSE3 kernel "Prescott": measured on one Zen 5 core 25-30 GFLOP/s, against
+# 101 for Haswell (AVX2) and 188 for SkylakeX (AVX-512). A value that is set
+# is never changed; WLB4D_OPENBLAS_AUTO=0 turns the choice off. wlb4d prints
+# the kernel it got at start-up (and warns when it is below the CPU's).
+_wlb4d_cpuinfo=${WLB4D_CPUINFO:-/proc/cpuinfo}   # tests point it at a fixture
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${WLB4D_OPENBLAS_AUTO:-1}" != 0 ] && [ -r "$_wlb4d_cpuinfo" ]; then
+  _wlb4d_flags=$(grep -m1 "^flags" "$_wlb4d_cpuinfo" || true)
+  case " $_wlb4d_flags " in
+    *" avx512f "*) export OPENBLAS_CORETYPE=SkylakeX ;;
+    *" avx2 "*)
+      case " $_wlb4d_flags " in *" fma "*) export OPENBLAS_CORETYPE=Haswell ;; esac ;;
+  esac
+  [ -n "${OPENBLAS_CORETYPE:-}" ] && echo "openblas-env: OPENBLAS_CORETYPE unset; using ${OPENBLAS_CORETYPE} (best kernel this CPU supports)" >&2
+  unset _wlb4d_flags
+fi
+unset _wlb4d_cpuinfo
