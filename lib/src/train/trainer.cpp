@@ -23,6 +23,7 @@
 #include <chrono>
 #include <sys/resource.h>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 namespace wlb::train {
@@ -123,6 +124,7 @@ struct Trainer::Impl {
   std::vector<balance::MicroBatch> val_mbs;
   std::int64_t val_targets = 0;
   std::string resumed_from;  // the checkpoint this run resumed from ("" : a fresh start)
+  double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
 
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
@@ -344,6 +346,7 @@ struct Trainer::Impl {
     st.stream_position = stream.state().position;
     st.packer_state = packer->save_state();
     st.seed = cfg.train.seed;
+    st.last_loss = last_loss;
     io::CheckpointInfo info;
     info.deck = core::to_ini(cfg);
     info.dataset_identity = train_ds.identity();
@@ -368,6 +371,7 @@ struct Trainer::Impl {
     resumed_from = *path;
     step = r.state.step;
     tokens_seen = r.state.tokens_seen;
+    last_loss = r.state.last_loss;
     stream.restore({r.state.stream_epoch, r.state.stream_position});
     packer->load_state(r.state.packer_state);
     if (grid.rank() == 0) {
@@ -487,15 +491,19 @@ StepResult Trainer::run() {
   StepResult last;
   if (!I.resumed_from.empty() && I.step >= I.cfg.train.steps) {
     if (g.rank() == 0)
-      spdlog::info("run already complete: checkpoint {} is at step {} (its last step), train.steps={}; nothing to "
-                   "train (raise train.steps to continue)",
-                   I.resumed_from, I.step, I.cfg.train.steps);
+      spdlog::info("run already complete: checkpoint {} is at step {} (its last step), train.steps={}; last loss {}; "
+                   "nothing to train (raise train.steps to continue)",
+                   I.resumed_from, I.step, I.cfg.train.steps,
+                   std::isnan(I.last_loss) ? std::string("not stored (an older checkpoint)")
+                                           : fmt::format("{:.4f}", I.last_loss));
+    last.loss = I.last_loss;
     return last;
   }
   Throughput window;
   bool stop = false;
   while (I.step < I.cfg.train.steps && !stop) {
     last = step();
+    I.last_loss = last.loss;
     const int urgent = I.agreed_checkpoint_urgency();
     stop = urgent == 2;
     if (I.checkpoint_due(urgent)) {
