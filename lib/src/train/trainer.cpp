@@ -133,6 +133,12 @@ struct Trainer::Impl {
         stream(train_ds, c.train.seed, c.data.shuffle, c.data.max_docs > 0 ? c.data.max_docs : -1),
         source(stream) {
     if (!c.data.val.empty()) val_ds.emplace(data::TokenDataset::open(c.data.val));
+    if (g.rank() == 0)
+      for (const auto* ds : {&train_ds, val_ds ? &*val_ds : nullptr})
+        if (ds && !ds->has_checksum())
+          spdlog::warn("{}: no checksum (written by an older wlb4d-prep): token ids are checked per read span "
+                       "only; re-run wlb4d-prep to add max_token_id and tokens_fnv1a64",
+                       ds->path());
     vocab = model_vocab();
     cfg.model.data_vocab = train_ds.vocab_size();  // padded rows (vocab > it) are masked out of the loss
     check_has_targets();
