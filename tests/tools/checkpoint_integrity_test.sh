@@ -15,6 +15,10 @@
 #             is refused naming the key and both values.
 #   done:     resuming step 10 with train.steps=5 says the run is already
 #             complete with the step-10 loss the first run printed, rc 0.
+#   timing:   resuming step 5 (older than the last logged step 10) with a
+#             timing log and CSV: each step appears once in /steps and in the
+#             CSV, steps 6-10 with the second run's values (its printed
+#             losses), /restarts has both starts.
 # Every command runs under `timeout`: a hang is a failure.
 set -u
 scenario=$1 wlb4d=$2 prep=$3 ckpt=$4 src=$5 py=$6
@@ -94,6 +98,37 @@ EOF
     run 20 "$ckpt" inspect ck/step_000010.h5; expect 0 "last loss +[0-9.]+ \(training loss of step 10\)"
     stored=$(printf '%s\n' "$out" | sed -n 's/^last loss *\([0-9.]*\) .*/\1/p')
     [ "$(printf '%.4f' "$stored")" = "$loss" ] || fail "inspect's last loss $stored is not the printed $loss"
+    ;;
+  timing)
+    tl=(--log.timing_file=t.h5 --log.csv_file=t.csv --train.print_every=1)
+    rm -rf ck
+    run 120 "$wlb4d" "$deck" --train.steps=10 "${common[@]}" "${tl[@]}"; expect 0 "step +10/10"
+    run 120 "$wlb4d" "$deck" --train.steps=10 --checkpoint.resume=ck/step_000005.h5 "${common[@]}" "${tl[@]}"
+    expect 0 "timing log t.h5: 5 rows with step >= 5 \(run again by this start\) dropped"
+    expect 0 "step +10/10"
+    printf '%s\n' "$out" | sed -n 's/.*step *\([0-9]*\)\/10 | loss \([0-9.]*\).*/\1 \2/p' > second.txt
+    "$py" - <<'EOF' || fail "the timing log is wrong"
+import csv, h5py, sys
+with h5py.File("t.h5", "r") as f:
+    steps, restarts = f["/steps"][...], f["/restarts"][...]
+rows = list(csv.DictReader(open("t.csv")))
+ok = True
+def check(what, cond):
+    global ok
+    if not cond: print("timing log:", what); ok = False
+check("/steps steps %s" % list(steps["step"]), list(steps["step"]) == list(range(10)))
+check("CSV steps %s" % [r["step"] for r in rows], [int(r["step"]) for r in rows] == list(range(10)))
+check("/restarts steps %s" % list(restarts["step"]), list(restarts["step"]) == [0, 5])
+check("CSV loss != HDF5 loss", all(float(r["loss"]) == l for r, l in zip(rows, steps["loss"])))
+n = 0
+for line in open("second.txt"):
+    s, loss = line.split()
+    n += 1
+    check("step %s: logged loss %.4f, the second run printed %s" % (s, steps["loss"][int(s) - 1], loss),
+          "%.4f" % steps["loss"][int(s) - 1] == loss)
+check("the second run printed %d steps, expected 5" % n, n == 5)
+sys.exit(0 if ok else 1)
+EOF
     ;;
   *) fail "unknown scenario" ;;
 esac
