@@ -3,6 +3,7 @@
 // checkpoint_format.cpp, the file-system layer in checkpoint_commit.cpp.
 #include "checkpoint_detail.hpp"
 
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/hash.hpp"
 
 #include <fmt/format.h>
@@ -88,9 +89,11 @@ template <class F> void on_rank0_agreed(const comm::Communicator& w, const std::
 struct CollectiveWrite {
   const comm::Communicator& wc;
   const std::string& tmp;
+  int world_rank;
   std::string err;
   H file, dxpl;
   std::vector<H> groups;
+  static inline std::uint64_t written_bytes = 0;  // this process's checkpoint tensor bytes (fault hook)
 
   bool step_ok(bool ok, const std::string& what) {
     if (!ok && err.empty()) {
@@ -150,6 +153,12 @@ struct CollectiveWrite {
       }
     }
     if (!step_ok(ok, "cannot create dataset " + name)) return false;
+    // Test hook (WLB4D_FAULT=ckpt_write): this rank's write fails as on a
+    // full disk; agreed before the collective H5Dwrite, so no writer waits in it alone.
+    if (t.writer) written_bytes += std::uint64_t(numel(t.count)) * sizeof(float);
+    if (!step_ok(!(t.writer && core::fault_write_fails(world_rank, written_bytes)),
+                 name + ": write failed: no space left on device (ENOSPC injected by WLB4D_FAULT=ckpt_write)"))
+      return false;
     const herr_t st = write_part(ds.get(), H5T_NATIVE_FLOAT, t.start, t.count, t.writer ? buf : nullptr, dxpl.get());
     if (st >= 0 && first) {  // say once (debug) if HDF5 broke collective I/O
       std::uint32_t local = 0, global = 0;
@@ -234,7 +243,7 @@ std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRe
     throw CheckpointError(prefix(tmp) + "MPI_Comm_split of the writer ranks failed");
   }
   if (!sub) return "";
-  CollectiveWrite cw{*sub, tmp, "", H(), H(), {}};
+  CollectiveWrite cw{*sub, tmp, w.rank(), "", H(), H(), {}};
   const bool good = cw.create() && cw.root_attrs(grid, tensors, state, info) && cw.create_groups() &&
                     cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state, digest);
   cw.finish(good);
