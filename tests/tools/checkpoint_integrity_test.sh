@@ -89,7 +89,7 @@ EOF
     run 20 "$ckpt" inspect ck/step_000010.h5; expect 0 "model identity +rope_theta=10000 norm_eps=1e-05"
     ;;
   done)
-    loss=$(printf '%s\n' "$first" | sed -n 's/.*step *10\/10 | loss \([0-9.]*\).*/\1/p')
+    loss=$(printf '%s\n' "$first" | sed -n 's/.*step *10\/10 |\( [0-9:]* |\)\{0,1\} loss \([0-9.]*\).*/\2/p')
     [ -n "$loss" ] || fail "no step-10 loss in the first run's output"
     run 60 "$wlb4d" "$deck" --train.steps=5 --checkpoint.resume=auto "${common[@]}"
     expect 0 "run already complete: checkpoint ck/step_000010.h5 is at step 10 .*train.steps=5; last loss $loss"
@@ -106,7 +106,7 @@ EOF
     run 120 "$wlb4d" "$deck" --train.steps=10 --checkpoint.resume=ck/step_000005.h5 "${common[@]}" "${tl[@]}"
     expect 0 "timing log t.h5: 5 rows with step >= 5 \(run again by this start\) dropped"
     expect 0 "step +10/10"
-    printf '%s\n' "$out" | sed -n 's/.*step *\([0-9]*\)\/10 | loss \([0-9.]*\).*/\1 \2/p' > second.txt
+    printf '%s\n' "$out" | sed -n 's/.*step *\([0-9]*\)\/10 |\( [0-9:]* |\)\{0,1\} loss \([0-9.]*\).*/\1 \3/p' > second.txt
     "$py" - <<'EOF' || fail "the timing log is wrong"
 import csv, h5py, sys
 with h5py.File("t.h5", "r") as f:
