@@ -8,6 +8,8 @@
 #include "wlb4d/io/checkpoint.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -22,6 +24,12 @@ const char* const kUsage =
     "                                 exit 0 if the checkpoint is intact, 1 naming the bad dataset\n"
     "       wlb4d-ckpt --help | --version\n"
     "FILE is a checkpoint (e.g. checkpoints/step_000100.h5) or a checkpoint directory (its 'latest').\n";
+
+std::string fmt_g(double x) {
+  char b[40];
+  const auto r = std::to_chars(b, b + sizeof b, x);  // shortest round-trip: 1e-05, not 1.0000000000000001e-05
+  return std::string(b, r.ptr);
+}
 
 /// A directory stands for the newest checkpoint its `latest` names.
 std::string resolve(const std::string& arg) {
@@ -47,6 +55,13 @@ int inspect(const std::string& path) {
               static_cast<long long>(st.stream_position));
   std::printf("packer state     %zu int64\n", st.packer_state.size());
   std::printf("seed             %llu\n", static_cast<unsigned long long>(st.seed));
+  if (std::isnan(st.last_loss))
+    std::printf("last loss        not stored\n");
+  else
+    std::printf("last loss        %.6f (training loss of step %lld)\n", st.last_loss, static_cast<long long>(info.step));
+  std::printf("model identity   rope_theta=%s norm_eps=%s\n",
+              info.has_rope_norm ? fmt_g(info.model.rope_theta).c_str() : "(not stored)",
+              info.has_rope_norm ? fmt_g(info.model.norm_eps).c_str() : "(not stored)");
   const auto tensors = io::summarize_checkpoint(path);
   std::size_t width = 0;
   for (const auto& t : tensors) width = std::max(width, t.dataset.size());
@@ -59,10 +74,15 @@ int inspect(const std::string& path) {
 }
 
 int verify(const std::string& path) {
-  wlb::io::verify_checkpoint(path);
+  const auto r = wlb::io::verify_checkpoint(path);
   const auto info = wlb::io::read_checkpoint_info(path);
-  std::printf("wlb4d-ckpt: %s: OK (step %lld, %zu tensors x 3 datasets + /state verified)\n", path.c_str(),
-              static_cast<long long>(info.step), info.tensors.size());
+  char digest[64];
+  if (r.has_digest)
+    std::snprintf(digest, sizeof digest, "content digest %#018llx matches", static_cast<unsigned long long>(r.digest));
+  else
+    std::snprintf(digest, sizeof digest, "no digest (written before /state/digest)");
+  std::printf("wlb4d-ckpt: %s: OK (step %lld, %zu tensors x 3 datasets + /state verified; %s)\n", path.c_str(),
+              static_cast<long long>(info.step), info.tensors.size(), digest);
   return 0;
 }
 

@@ -87,10 +87,11 @@ check_completed() { # check_completed JOBID: state COMPLETED, exit 0:0 (when sti
   check "job $1 state COMPLETED (got $st) exit 0:0 (got $ec)" test "$st:$ec" = "COMPLETED:0:0"
 }
 
-step_lines() { grep -Ec "step +[0-9]+/$2 \| loss" "$1" 2>/dev/null || true; }
-loss_at() { { sed -n "s/.*step *$2\/$3 | loss \([0-9.]*\).*/\1/p" "$1" | tail -1; } 2>/dev/null || true; }
-first_step() { { sed -n "s/.*step *\([0-9]*\)\/$2 | loss.*/\1/p" "$1" | head -1; } 2>/dev/null || true; }
-last_step() { { sed -n "s/.*step *\([0-9]*\)\/$2 | loss.*/\1/p" "$1" | tail -1; } 2>/dev/null || true; }
+# Step lines: "step N/M | H:MM:SS | loss X | ..." (the elapsed field is optional).
+step_lines() { grep -Ec "step +[0-9]+/$2 \|( [0-9:]+ \|)? loss" "$1" 2>/dev/null || true; }
+loss_at() { { sed -En "s/.*step *$2\/$3 \|( [0-9:]+ \|)? loss ([0-9.]*).*/\2/p" "$1" | tail -1; } 2>/dev/null || true; }
+first_step() { { sed -En "s/.*step *([0-9]*)\/$2 \|( [0-9:]+ \|)? loss.*/\1/p" "$1" | head -1; } 2>/dev/null || true; }
+last_step() { { sed -En "s/.*step *([0-9]*)\/$2 \|( [0-9:]+ \|)? loss.*/\1/p" "$1" | tail -1; } 2>/dev/null || true; }
 latest_of() { [ -s "$1/latest" ] && head -1 "$1/latest" || true; }
 
 case "$CASE" in
@@ -171,7 +172,7 @@ chain) # submit-chain.sh: job 1 stopped by SIGUSR1 (checkpoint, exit 0), job 2 r
   check "job 2 depends on job 1 (afterany)" bash -c "scontrol show job $j2 | grep -q 'Dependency=afterany:$j1'"
   # Stop job 1 like the time limit would (--signal=USR1@120) once it is training.
   t0=$SECONDS
-  until grep -Eq "step +[0-9]+/$steps \| loss" "chain-$j1.out" 2>/dev/null; do
+  until grep -Eq "step +[0-9]+/$steps \|( [0-9:]+ \|)? loss" "chain-$j1.out" 2>/dev/null; do
     [ $((SECONDS - t0)) -lt "$TIMEOUT" ] || { scancel "$j1" "$j2"; fail "job 1 printed no step line in ${TIMEOUT}s"; }
     sleep 0.5
   done

@@ -8,7 +8,12 @@
 #              names step 5 and that checkpoint verifies.
 #   readonly:  read-only checkpoint.dir: refused at start-up (before step 1)
 #              on every rank with "is not writable".
-# Needs root (mount); exits 77 (ctest: skipped) where tmpfs cannot be mounted.
+#   fault:     no mount: WLB4D_FAULT=ckpt_write:rank=1:after_bytes=1000000
+#              makes rank 1's writes fail as on a full disk in the middle of
+#              the step-10 checkpoint (rank 1 writes about 0.7 MB per
+#              checkpoint); the same checks as "full".
+# full/readonly need root (mount); they exit 77 (ctest: skipped) where tmpfs
+# cannot be mounted.
 set -u
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 ckpt=$5 src=$6
 work=$(mktemp -d /tmp/wlb4d-fs-XXXXXX)
@@ -16,7 +21,9 @@ mnt=$work/mnt
 mkdir -p "$mnt"
 opts="size=4m"
 [ "$scenario" = readonly ] && opts="ro,size=1m"
-if ! mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
+if [ "$scenario" = fault ]; then
+  export WLB4D_FAULT=ckpt_write:rank=1:after_bytes=1000000
+elif ! mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
   echo "checkpoint_fs_test: cannot mount a tmpfs here (needs root): skipped"; rm -rf "$work"; exit 77
 fi
 cleanup() { umount "$mnt" 2>/dev/null; rm -rf "$work"; }
@@ -25,20 +32,23 @@ cd "$work"
 "$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
 dir=$mnt/ck
 [ "$scenario" = readonly ] && dir=$mnt
+start=$(date +%s)
 out=$(timeout -s KILL 120 "$mpiexec" -n 2 "$wlb4d" "$src/inputs/ci-tiny.ini" --parallel.tp=2 --train.steps=12 \
       --checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir="$dir" 2>&1)
 rc=$?
+elapsed=$(( $(date +%s) - start ))
 printf '%s\n' "$out"
 fail() { echo "checkpoint_fs_test ($scenario): $*"; exit 1; }
 [ "$rc" -eq 137 ] && fail "the job hung (killed after 120 s)"
 [ "$rc" -ne 0 ] || fail "the job exited 0"
 case "$scenario" in
-  full)
+  full|fault)
     n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*no space left on device")
     [ "$n" -ge 2 ] || fail "'no space left on device' from $n ranks, expected 2"
     ls "$mnt/ck"/*.tmp > /dev/null 2>&1 && fail "a .tmp was left: $(ls "$mnt/ck")"
     [ "$(head -1 "$mnt/ck/latest")" = step_000005.h5 ] || fail "latest is '$(cat "$mnt/ck/latest")'"
     "$ckpt" verify "$mnt/ck/step_000005.h5" || fail "the step-5 checkpoint does not verify"
+    [ "$elapsed" -le 60 ] || fail "took $elapsed s to fail"
     ;;
   readonly)
     n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*checkpoint.dir='$dir'.*not writable")

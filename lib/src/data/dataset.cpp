@@ -32,6 +32,12 @@ struct TokenDataset::Impl {
   Handle file;
   Handle tokens;  // /tokens
   Handle tokens_space;
+  std::string checksum;  // tokens_fnv1a64 attribute ("" : a dataset written before it existed)
+  /// FNV-1a 64 over the ids as little-endian uint32 bytes (the host order on
+  /// every target wlb4d builds for), in blocks; read_range also checks every
+  /// id < vocab_size. "" when it matches or the dataset has no checksum,
+  /// else the error.
+  std::string verify_checksum() const;
 
   void read_range(std::int64_t begin, std::int64_t count, token_t* out) const;
   /// Everything of open() but the offsets: attributes, /tokens, tokenizer model.
@@ -141,6 +147,18 @@ void TokenDataset::Impl::open_common(hid_t fapl) {
   im.num_tokens = static_cast<std::int64_t>(n);
   im.tokens_space = Handle(h5::check(H5Dget_space(im.tokens.get()), path, "H5Dget_space tokens"));
 
+  // The maximum id prep saw: a vocab_size that does not cover it (a dataset
+  // whose attributes were edited, or written by another tool) fails here, on
+  // every rank, not later on the one rank that reads the span.
+  if (h5::has_attr(root, "max_token_id")) {
+    const auto max_id = h5::read_attr_i64(root, "max_token_id", path);
+    if (max_id >= vocab)
+      throw DataError(path + ": root attribute 'max_token_id' = " + std::to_string(max_id) +
+                      " is not below vocab_size = " + std::to_string(vocab) +
+                      " (every token id must be < vocab_size)");
+  }
+  if (h5::has_attr(root, "tokens_fnv1a64")) im.checksum = h5::read_attr_string(root, "tokens_fnv1a64", path);
+
   if (im.tokenizer == "sentencepiece") {
     hsize_t m = 0;
     if (!h5::exists(root, "tokenizer"))
@@ -172,6 +190,16 @@ void TokenDataset::Impl::read_range(std::int64_t begin, std::int64_t count, toke
                       std::to_string(begin + i) + ", not below vocab_size " + std::to_string(vocab_size));
 }
 
+namespace {
+constexpr std::int64_t kChecksumBlock = 1 << 22;  // tokens per read of the checksum pass (16 MiB)
+
+std::string hex64(std::uint64_t h) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
+}
+}  // namespace
+
 TokenDataset::TokenDataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
 TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
@@ -182,6 +210,8 @@ TokenDataset TokenDataset::open(const std::string& path) {
   im->path = path;
   im->open_common(H5P_DEFAULT);
   im->offsets = load_offsets(im->file.get(), path, im->num_tokens);
+  const std::string err = im->verify_checksum();
+  if (!err.empty()) throw DataError(err);
   return TokenDataset(std::move(im));
 }
 
@@ -203,6 +233,7 @@ TokenDataset TokenDataset::open(const std::string& path, const comm::Communicato
   if (comm.rank() == 0) {
     try {
       im->offsets = load_offsets(im->file.get(), path, im->num_tokens);
+      err = im->verify_checksum();  // one pass on one rank (independent reads)
     } catch (const DataError& e) {
       err = e.what();
     }
@@ -225,6 +256,7 @@ const std::string& TokenDataset::path() const { return impl_->path; }
 const std::string& TokenDataset::source() const { return impl_->source; }
 const std::vector<std::uint64_t>& TokenDataset::doc_offsets() const { return impl_->offsets; }
 std::string TokenDataset::tokenizer_model() const { return impl_->model; }
+bool TokenDataset::has_checksum() const { return !impl_->checksum.empty(); }
 
 std::int64_t TokenDataset::doc_length(std::int64_t doc) const {
   if (doc < 0 || doc >= num_docs())
@@ -268,6 +300,27 @@ std::string TokenDataset::identity() const {
   return os.str();
 }
 
+std::string TokenDataset::Impl::verify_checksum() const {
+  const Impl& im = *this;
+  if (im.checksum.empty()) return "";
+  std::vector<token_t> buf;
+  std::uint64_t h = core::kFnv1aOffset;
+  try {
+    for (std::int64_t b = 0; b < im.num_tokens; b += kChecksumBlock) {
+      const std::int64_t n = std::min(kChecksumBlock, im.num_tokens - b);
+      buf.resize(std::size_t(n));
+      im.read_range(b, n, buf.data());
+      h = core::fnv1a(buf.data(), buf.size() * sizeof(token_t), h);
+    }
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  if (hex64(h) != im.checksum)
+    return im.path + ": dataset 'tokens' does not match its checksum (attribute tokens_fnv1a64 = " + im.checksum +
+           ", the tokens give " + hex64(h) + "): the token ids were changed after wlb4d-prep wrote them";
+  return "";
+}
+
 // =============================================================== writer
 
 struct TokenDatasetWriter::Impl {
@@ -281,6 +334,8 @@ struct TokenDatasetWriter::Impl {
   std::vector<std::uint64_t> offsets{0};
   std::int64_t written = 0;  // tokens flushed to /tokens
   bool finished = false;
+  std::uint64_t fnv = core::kFnv1aOffset;  // tokens_fnv1a64 so far
+  std::int64_t max_id = -1;                // max_token_id so far
 
   std::int64_t total() const { return written + static_cast<std::int64_t>(buf.size()); }
   void flush() {
@@ -294,6 +349,8 @@ struct TokenDatasetWriter::Impl {
     Handle mspace(h5::check(H5Screate_simple(1, &cnt, nullptr), tmp, "H5Screate_simple"));
     h5::check_status(H5Dwrite(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()),
                      tmp, "cannot write dataset 'tokens' (disk full?)");
+    fnv = core::fnv1a(buf.data(), buf.size() * sizeof(token_t), fnv);
+    for (auto t : buf) max_id = std::max<std::int64_t>(max_id, t);
     written = total();
     buf.clear();
   }
@@ -403,6 +460,8 @@ void TokenDatasetWriter::finish() {
   d.reset();
   h5::write_attr_i64(root, "num_docs", static_cast<std::int64_t>(n) - 1, im.tmp);
   h5::write_attr_i64(root, "num_tokens", im.written, im.tmp);
+  h5::write_attr_i64(root, "max_token_id", im.max_id, im.tmp);
+  h5::write_attr_string(root, "tokens_fnv1a64", hex64(im.fnv), im.tmp);
   im.tokens.reset();
   h5::check_status(H5Fflush(root, H5F_SCOPE_GLOBAL), im.tmp, "H5Fflush");
   im.file.reset();

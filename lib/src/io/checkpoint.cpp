@@ -3,8 +3,10 @@
 // checkpoint_format.cpp, the file-system layer in checkpoint_commit.cpp.
 #include "checkpoint_detail.hpp"
 
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/hash.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -87,9 +89,11 @@ template <class F> void on_rank0_agreed(const comm::Communicator& w, const std::
 struct CollectiveWrite {
   const comm::Communicator& wc;
   const std::string& tmp;
+  int world_rank;
   std::string err;
   H file, dxpl;
   std::vector<H> groups;
+  static inline std::uint64_t written_bytes = 0;  // this process's checkpoint tensor bytes (fault hook)
 
   bool step_ok(bool ok, const std::string& what) {
     if (!ok && err.empty()) {
@@ -149,6 +153,12 @@ struct CollectiveWrite {
       }
     }
     if (!step_ok(ok, "cannot create dataset " + name)) return false;
+    // Test hook (WLB4D_FAULT=ckpt_write): this rank's write fails as on a
+    // full disk; agreed before the collective H5Dwrite, so no writer waits in it alone.
+    if (t.writer) written_bytes += std::uint64_t(numel(t.count)) * sizeof(float);
+    if (!step_ok(!(t.writer && core::fault_write_fails(world_rank, written_bytes)),
+                 name + ": write failed: no space left on device (ENOSPC injected by WLB4D_FAULT=ckpt_write)"))
+      return false;
     const herr_t st = write_part(ds.get(), H5T_NATIVE_FLOAT, t.start, t.count, t.writer ? buf : nullptr, dxpl.get());
     if (st >= 0 && first) {  // say once (debug) if HDF5 broke collective I/O
       std::uint32_t local = 0, global = 0;
@@ -172,7 +182,7 @@ struct CollectiveWrite {
   }
 
   /// /state: rank 0 writes, the others select none.
-  bool write_state(const TrainState& state) {
+  bool write_state(const TrainState& state, std::uint64_t digest) {
     const std::int64_t scalars[4] = {state.step, state.tokens_seen, state.stream_epoch, state.stream_position};
     for (int k = 0; k < kNumState; ++k) {
       hsize_t n = 0;
@@ -184,6 +194,18 @@ struct CollectiveWrite {
           write_part(ds.get(), type, {0}, {std::int64_t(n)}, wc.rank() == 0 && n > 0 ? buf : nullptr, dxpl.get());
       ds.reset();
       if (!step_ok(st >= 0, std::string(kStateNames[k]) + ": collective write failed")) return false;
+    }
+    const struct {
+      const char* name;
+      hid_t type;
+      const void* value;
+    } extra[2] = {{kLastLossState, H5T_NATIVE_DOUBLE, &state.last_loss}, {kDigestState, H5T_NATIVE_UINT64, &digest}};
+    for (const auto& e : extra) {
+      H ds(create_state(file.get(), e.name, e.type, 1));
+      if (!step_ok(ds.valid(), std::string("cannot create dataset ") + e.name)) return false;
+      const herr_t st = write_part(ds.get(), e.type, {0}, {1}, wc.rank() == 0 ? e.value : nullptr, dxpl.get());
+      ds.reset();
+      if (!step_ok(st >= 0, std::string(e.name) + ": collective write failed")) return false;
     }
     return true;
   }
@@ -210,7 +232,7 @@ struct CollectiveWrite {
 /// on 2 cores an all-rank checkpoint of the quickstart model took 70 s.
 /// Returns this rank's error ("" if none); not yet agreed over all ranks.
 std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
-                       const CheckpointInfo& info, const std::string& tmp) {
+                       const CheckpointInfo& info, const std::string& tmp, std::uint64_t digest) {
   const auto& w = grid.world();
   bool is_writer = w.rank() == 0;
   for (const auto& t : tensors) is_writer = is_writer || t.writer;
@@ -221,11 +243,23 @@ std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRe
     throw CheckpointError(prefix(tmp) + "MPI_Comm_split of the writer ranks failed");
   }
   if (!sub) return "";
-  CollectiveWrite cw{*sub, tmp, "", H(), H(), {}};
+  CollectiveWrite cw{*sub, tmp, w.rank(), "", H(), H(), {}};
   const bool good = cw.create() && cw.root_attrs(grid, tensors, state, info) && cw.create_groups() &&
-                    cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state);
+                    cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state, digest);
   cw.finish(good);
   return cw.err;
+}
+
+/// This rank's digest terms of the elements it writes (one writer per
+/// element: the sum over the world covers every element once).
+std::uint64_t local_digest(const std::vector<TensorRef>& tensors) {
+  std::uint64_t sum = 0;
+  for (const auto& t : tensors) {
+    if (!t.writer) continue;
+    const float* bufs[3] = {t.value, t.m, t.v};
+    for (int k = 0; k < 3; ++k) sum += digest_part(digest_key(k, t.name), t.global_shape, t.start, t.count, bufs[k]);
+  }
+  return sum;
 }
 
 }  // namespace
@@ -262,8 +296,10 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   //    checkpoint that cannot fit is refused before the file exists.
   const std::uint64_t bytes = checkpoint_bytes_estimate(tensors);
   on_rank0_agreed(w, "", [&] { check_dir_for_checkpoints(cc.dir, bytes); });
-  // 3. The file, written by the writer ranks; errors agreed by everyone.
-  std::string err = write_file(grid, tensors, state, info, tmp);
+  // 3. The content digest (all ranks), then the file, written by the writer
+  //    ranks; errors agreed by everyone.
+  const std::uint64_t digest = w.allreduce_value(local_digest(tensors), comm::ReduceOp::Sum) + digest_state(state);
+  std::string err = write_file(grid, tensors, state, info, tmp, digest);
   w.barrier();
   err = comm::agree(w, err);
   if (!err.empty()) {
@@ -305,6 +341,22 @@ bool same_model(const CheckpointInfo& info, const core::ModelConfig& model, std:
          im.heads == model.heads && im.kv_heads == model.kv_heads && im.ffn_hidden == model.ffn_hidden;
 }
 
+/// The model keys without a shape (RoPE base, RMSNorm epsilon) that differ
+/// between the checkpoint and the deck: "model.rope_theta: the checkpoint
+/// has 10000, the deck 500000"; "" when they agree or were not stored.
+std::string identity_mismatch(const CheckpointInfo& info, const core::ModelConfig& model) {
+  if (!info.has_rope_norm) return "";
+  std::string out;
+  auto key = [&](const char* k, double ck, double deck) {
+    if (ck == deck) return;
+    if (!out.empty()) out += "; ";
+    out += fmt::format("{}: the checkpoint has {}, the deck {}", k, ck, deck);
+  };
+  key("model.rope_theta", info.model.rope_theta, model.rope_theta);
+  key("model.norm_eps", info.model.norm_eps, model.norm_eps);
+  return out;
+}
+
 /// Reads this rank's shards of every held tensor (independent I/O).
 void read_tensors(hid_t f, const std::string& path, const std::vector<TensorRef>& tensors, hid_t dxpl) {
   for (const auto& t : tensors) {
@@ -326,15 +378,24 @@ void read_tensors(hid_t f, const std::string& path, const std::vector<TensorRef>
 
 /// Everything read from the open file. \throws CheckpointError.
 LoadedCheckpoint read_loaded(hid_t f, const std::string& path, const std::vector<TensorRef>& tensors,
-                             const core::ModelConfig& model, std::int64_t vocab, hid_t dxpl) {
+                             const core::ModelConfig& model, std::int64_t vocab, hid_t dxpl, bool* has_digest,
+                             std::uint64_t* stored_digest) {
   LoadedCheckpoint out;
   out.info = read_info(f, path);
   if (!same_model(out.info, model, vocab)) model_mismatch(f, path, tensors, out.info, model, vocab);
+  const std::string ident = identity_mismatch(out.info, model);
+  if (!ident.empty()) fail(path, "was written for another model: " + ident);
   read_tensors(f, path, tensors, dxpl);
   out.state = read_state(f, path, dxpl);
   if (out.state.step != out.info.step)
     fail(path, "/state/step = " + std::to_string(out.state.step) + " but the root attribute step = " +
                    std::to_string(out.info.step));
+  if (h5::exists(f, kDigestState)) {
+    H ds = open_expected(f, kDigestState, path, {1}, "the format");
+    require_class(ds.get(), H5T_INTEGER, kDigestState, path);
+    read_part(ds.get(), H5T_NATIVE_UINT64, {0}, {1}, stored_digest, dxpl, kDigestState, path);
+    *has_digest = true;
+  }
   return out;
 }
 
@@ -371,8 +432,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGri
   std::string err;
   H dxpl(H5Pcreate(H5P_DATASET_XFER));
   H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
+  bool has_digest = false;
+  std::uint64_t stored = 0;
   try {
-    out = read_loaded(file.get(), path, tensors, model, vocab, dxpl.get());
+    out = read_loaded(file.get(), path, tensors, model, vocab, dxpl.get(), &has_digest, &stored);
   } catch (const CheckpointError& e) {
     err = e.what();
   }
@@ -380,36 +443,51 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGri
   if (!file.reset() && err.empty()) err = prefix(path) + "H5Fclose failed" + h5::reason();  // collective
   err = comm::agree(w, err);
   if (!err.empty()) throw CheckpointError(err);
+  // The digest over what was read: the current layout's writers cover every
+  // element once. Skipped when a caller did not want some buffers.
+  bool complete = true;
+  for (const auto& t : tensors) complete = complete && (!t.writer || (t.value && t.m && t.v));
+  if (has_digest && w.allreduce_value(int(complete), comm::ReduceOp::Min) == 1) {
+    const std::uint64_t sum = w.allreduce_value(local_digest(tensors), comm::ReduceOp::Sum) + digest_state(out.state);
+    if (sum != stored)
+      throw CheckpointError(prefix(path) + fmt::format("content digest mismatch: /state/digest is {:#018x} but the "
+                                                       "tensors and state read give {:#018x} (the file was changed "
+                                                       "after it was written)",
+                                                       stored, sum));
+  }
   return out;
 }
 
-void verify_checkpoint(const std::string& path) {
-  h5::Quiet quiet;
-  std::vector<std::string> names;
-  {
-    H f = open_serial(path);
-    names = read_info(f.get(), path).tensors;
-  }
-  const std::string err = verify_part(path, 0, 1, names);
-  if (!err.empty()) throw CheckpointError(err);
+namespace {
+/// The parts' digest sum against the stored one. \throws CheckpointError.
+VerifyResult check_digest(const std::string& path, const VerifyPart& first, std::uint64_t sum) {
+  VerifyResult r;
+  r.has_digest = first.has_digest;
+  r.digest = first.stored;
+  if (first.has_digest && sum != first.stored)
+    fail(path, fmt::format("content digest mismatch: /state/digest is {:#018x} but the datasets give {:#018x} (the "
+                           "file was changed after it was written)",
+                           first.stored, sum));
+  return r;
+}
+}  // namespace
+
+VerifyResult verify_checkpoint(const std::string& path) {
+  const VerifyPart p = verify_part(path, 0, 1);
+  if (!p.err.empty()) throw CheckpointError(p.err);
+  return check_digest(path, p, p.sum);
 }
 
-void verify_checkpoint(const std::string& path, const comm::Communicator& world) {
-  std::string err, listing;
-  if (world.rank() == 0) {
-    h5::Quiet quiet;
-    try {
-      H f = open_serial(path);
-      for (const auto& n : read_info(f.get(), path).tensors) listing += n + "\n";
-    } catch (const CheckpointError& e) {
-      err = e.what();
-    }
-  }
-  err = comm::agree(world, err);
+VerifyResult verify_checkpoint(const std::string& path, const comm::Communicator& world) {
+  VerifyPart p = verify_part(path, world.rank(), world.size());
+  const std::string err = comm::agree(world, p.err);
   if (!err.empty()) throw CheckpointError(err);
-  const auto names = split_lines(comm::bcast_string(world, listing, 0));
-  err = comm::agree(world, verify_part(path, world.rank(), world.size(), names));
-  if (!err.empty()) throw CheckpointError(err);
+  const std::uint64_t sum = world.allreduce_value(p.sum, comm::ReduceOp::Sum);
+  std::uint64_t head[2] = {std::uint64_t(p.has_digest), p.stored};  // rank 0's
+  world.broadcast(head, 2, 0);
+  p.has_digest = head[0] != 0;
+  p.stored = head[1];
+  return check_digest(path, p, sum);  // sum and head are agreed: every rank throws or none
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
@@ -428,12 +506,10 @@ std::vector<TensorSummary> summarize_checkpoint(const std::string& path) {
       TensorSummary s;
       s.dataset = kKinds[k] + n;
       double sum = 0;
-      scan_f32(
-          f.get(), s.dataset, path,
-          [&](const float* x, std::size_t m) {
-            for (std::size_t i = 0; i < m; ++i) sum += double(x[i]) * double(x[i]);
-          },
-          &s.shape);
+      s.shape = info.shapes[std::size_t(&n - info.tensors.data())];
+      scan_f32(f.get(), s.dataset, path, s.shape, [&](const float* x, std::size_t m) {
+        for (std::size_t i = 0; i < m; ++i) sum += double(x[i]) * double(x[i]);
+      });
       s.l2 = std::sqrt(sum);
       out.push_back(std::move(s));
     }
@@ -449,9 +525,11 @@ TrainState read_train_state(const std::string& path) {
 
 std::string checkpoint_model_mismatch(const std::string& path, const core::ModelConfig& model, std::int64_t vocab) {
   const CheckpointInfo info = read_checkpoint_info(path);
-  if (same_model(info, model, vocab)) return "";
-  return prefix(path) + "was written for another model (checkpoint model: " + model_string(info.model, info.vocab) +
-         "; the deck's model: " + model_string(model, vocab) + ")";
+  if (!same_model(info, model, vocab))
+    return prefix(path) + "was written for another model (checkpoint model: " + model_string(info.model, info.vocab) +
+           "; the deck's model: " + model_string(model, vocab) + ")";
+  const std::string ident = identity_mismatch(info, model);
+  return ident.empty() ? "" : prefix(path) + "was written for another model: " + ident;
 }
 
 }  // namespace wlb::io

@@ -52,6 +52,9 @@ extern const char* const kStateNames[];
 constexpr int kNumState = 6;
 constexpr int kSeedState = 4;
 constexpr int kPackerState = 5;
+/// Optional /state datasets (absent in older files): float64 [1], uint64 [1].
+inline constexpr const char* kLastLossState = "/state/last_loss";
+inline constexpr const char* kDigestState = "/state/digest";
 /// Groups created in a new file, parents first.
 extern const char* const kGroups[5];
 
@@ -79,6 +82,23 @@ const void* state_buffer(const TrainState& state, int k, const std::int64_t scal
 
 /// Opens a dataset and returns its dims. \throws CheckpointError.
 H open_dataset(hid_t file, const std::string& name, const std::string& path, std::vector<std::int64_t>* dims);
+/// Opens a dataset and checks, before any read, that its shape is `expected`
+/// ("<name> has shape A but <whose> implies B"). \throws CheckpointError.
+H open_expected(hid_t file, const std::string& name, const std::string& path, const std::vector<std::int64_t>& expected,
+                const std::string& whose = "the checkpoint's model record");
+
+// ---- content digest (checkpoint.hpp "Content digest") ------------------------------------
+
+/// key(kind, name) of the digest terms of one tensor kind (k: 0 value, 1 m, 2 v).
+std::uint64_t digest_key(int k, const std::string& name);
+/// Σ terms of n contiguous floats whose first global row-major index is idx0.
+std::uint64_t digest_span(std::uint64_t key, std::uint64_t idx0, const float* x, std::size_t n);
+/// Σ terms of a hyperslab [start, start+count) of a 1-D/2-D tensor of global
+/// shape g held row-major in x.
+std::uint64_t digest_part(std::uint64_t key, const std::vector<std::int64_t>& g, const std::vector<std::int64_t>& start,
+                          const std::vector<std::int64_t>& count, const float* x);
+/// The /state term.
+std::uint64_t digest_state(const TrainState& s);
 void require_class(hid_t ds, H5T_class_t cls, const std::string& name, const std::string& path);
 /// Reads the hyperslab [start, start+count) of ds into buf.
 void read_part(hid_t ds, hid_t mem_type, const std::vector<std::int64_t>& start,
@@ -86,18 +106,28 @@ void read_part(hid_t ds, hid_t mem_type, const std::vector<std::int64_t>& start,
                const std::string& path);
 /// Reads a whole float dataset block by block (rows along dim 0), calling f
 /// on every block; checksums are verified by HDF5 on the way.
-void scan_f32(hid_t file, const std::string& name, const std::string& path,
-              const std::function<void(const float*, std::size_t)>& f, std::vector<std::int64_t>* shape);
+/// The dataset's shape must be `expected` (checked before the first read).
+void scan_f32(hid_t file, const std::string& name, const std::string& path, const std::vector<std::int64_t>& expected,
+              const std::function<void(const float*, std::size_t)>& f);
 std::vector<std::int64_t> read_state_vec(hid_t file, const char* name, hid_t mem_type, const std::string& path,
                                          hid_t dxpl = H5P_DEFAULT);
 TrainState read_state(hid_t file, const std::string& path, hid_t dxpl);
 /// Opens a file serially (read-only, sec2 driver) after checking it exists and is HDF5.
 H open_serial(const std::string& path);
-/// Reads and checks the root attributes (format, version, deck, layout, model, tensors).
+/// Reads and checks the root attributes (format, version, deck, layout, the
+/// model record and its bounds, tensors == model::param_shapes of the record)
+/// and fills info.shapes.
 CheckpointInfo read_info(hid_t f, const std::string& path);
+/// What one rank's share of a verification found.
+struct VerifyPart {
+  std::string err;           ///< "" or the first error message
+  std::uint64_t sum = 0;     ///< digest terms of the datasets this rank read
+  bool has_digest = false;   ///< (rank 0's share) the file has /state/digest
+  std::uint64_t stored = 0;  ///< (rank 0's share) its value
+};
 /// Verifies datasets i with i % size == rank of the file (tensors x 3 kinds,
-/// then /state). Returns "" or the first error message.
-std::string verify_part(const std::string& path, int rank, int size, const std::vector<std::string>& names);
+/// then /state).
+VerifyPart verify_part(const std::string& path, int rank, int size);
 
 // ---- file system (checkpoint_commit.cpp) -----------------------------------------------
 

@@ -3,9 +3,13 @@
 // and verifying it. HDF5 plumbing: data/h5util.hpp.
 #include "checkpoint_detail.hpp"
 
+#include "wlb4d/core/hash.hpp"
 #include "wlb4d/core/version.hpp"
+#include "wlb4d/model/params.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <sstream>
 
 namespace wlb::io::ckpt {
@@ -23,6 +27,17 @@ std::vector<std::int64_t> attr_i64s(hid_t f, const char* name, const std::string
 }
 std::int64_t attr_i64(hid_t f, const char* name, const std::string& path) {
   return h5::read_attr_i64<CheckpointError>(f, name, where(path), kW);
+}
+/// A scalar float attribute (model_rope_theta, model_norm_eps).
+double attr_f64(hid_t f, const char* name, const std::string& path) {
+  H a(need(H5Aopen(f, name, H5P_DEFAULT), path, std::string("cannot open attribute ") + name));
+  H t(need(H5Aget_type(a.get()), path, "H5Aget_type"));
+  H sp(need(H5Aget_space(a.get()), path, "H5Aget_space"));
+  if (H5Tget_class(t.get()) != H5T_FLOAT || H5Sget_simple_extent_npoints(sp.get()) != 1)
+    fail(path, std::string("attribute ") + name + " is not a scalar float");
+  double v = 0;
+  need_ok(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v), path, std::string("cannot read attribute ") + name);
+  return v;
 }
 }  // namespace
 
@@ -105,6 +120,8 @@ void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid&
   i64("model_heads", info.model.heads);
   i64("model_kv_heads", info.model.kv_heads);
   i64("model_ffn_hidden", info.model.ffn_hidden);
+  h5::write_attr<CheckpointError>(f, "model_rope_theta", H5T_NATIVE_DOUBLE, &info.model.rope_theta, 1, true, w, kW);
+  h5::write_attr<CheckpointError>(f, "model_norm_eps", H5T_NATIVE_DOUBLE, &info.model.norm_eps, 1, true, w, kW);
   str("tensors", tensor_list_text(tensors));
 }
 
@@ -175,6 +192,51 @@ H open_dataset(hid_t file, const std::string& name, const std::string& path, std
   return ds;
 }
 
+H open_expected(hid_t file, const std::string& name, const std::string& path, const std::vector<std::int64_t>& expected,
+                const std::string& whose) {
+  std::vector<std::int64_t> dims;
+  H ds = open_dataset(file, name, path, &dims);
+  if (dims != expected)
+    fail(path, name + " has shape " + shape_string(dims) + " but " + whose + " implies " + shape_string(expected));
+  return ds;
+}
+
+// ---- content digest ------------------------------------------------------------------
+
+std::uint64_t digest_key(int k, const std::string& name) {
+  return core::splitmix64(core::fnv1a(std::string(kKinds[k]) + name));
+}
+
+std::uint64_t digest_span(std::uint64_t key, std::uint64_t idx0, const float* x, std::size_t n) {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    sum += core::splitmix64(core::splitmix64(key + idx0 + i) ^ bits);
+  }
+  return sum;
+}
+
+std::uint64_t digest_part(std::uint64_t key, const std::vector<std::int64_t>& g, const std::vector<std::int64_t>& start,
+                          const std::vector<std::int64_t>& count, const float* x) {
+  if (numel(count) == 0) return 0;
+  if (g.size() == 1) return digest_span(key, std::uint64_t(start[0]), x, std::size_t(count[0]));
+  std::uint64_t sum = 0;
+  for (std::int64_t r = 0; r < count[0]; ++r)
+    sum += digest_span(key, std::uint64_t((start[0] + r) * g[1] + start[1]), x + r * count[1], std::size_t(count[1]));
+  return sum;
+}
+
+std::uint64_t digest_state(const TrainState& s) {
+  std::vector<std::uint64_t> v = {std::uint64_t(s.step), std::uint64_t(s.tokens_seen), std::uint64_t(s.stream_epoch),
+                                  std::uint64_t(s.stream_position), s.seed};
+  for (auto p : s.packer_state) v.push_back(std::uint64_t(p));
+  std::uint64_t loss_bits;
+  std::memcpy(&loss_bits, &s.last_loss, sizeof loss_bits);
+  v.push_back(loss_bits);
+  return core::splitmix64(core::fnv1a_u64_le(v.data(), v.size()));
+}
+
 void require_class(hid_t ds, H5T_class_t cls, const std::string& name, const std::string& path) {
   H t(H5Dget_type(ds));
   if (H5Tget_class(t.get()) != cls)
@@ -196,13 +258,12 @@ void read_part(hid_t ds, hid_t mem_type, const std::vector<std::int64_t>& start,
 
 /// Reads a whole float dataset block by block (rows along dim 0), calling f
 /// on every block; checksums are verified by HDF5 on the way.
-void scan_f32(hid_t file, const std::string& name, const std::string& path,
-              const std::function<void(const float*, std::size_t)>& f, std::vector<std::int64_t>* shape) {
-  std::vector<std::int64_t> dims;
-  H ds = open_dataset(file, name, path, &dims);
+void scan_f32(hid_t file, const std::string& name, const std::string& path, const std::vector<std::int64_t>& expected,
+              const std::function<void(const float*, std::size_t)>& f) {
+  H ds = open_expected(file, name, path, expected);  // the loop below is bounded by the model record
   require_class(ds.get(), H5T_FLOAT, name, path);
+  const std::vector<std::int64_t>& dims = expected;
   if (dims.empty()) fail(path, name + " is a scalar; tensors are 1-D or 2-D");
-  if (shape) *shape = dims;
   const std::int64_t row = numel(dims) / std::max<std::int64_t>(dims[0], 1);
   std::int64_t rows_per = std::max<std::int64_t>(1, kScanBlockElems / std::max<std::int64_t>(row, 1));
   std::vector<float> buf;
@@ -222,6 +283,12 @@ std::vector<std::int64_t> read_state_vec(hid_t file, const char* name, hid_t mem
   H ds = open_dataset(file, name, path, &dims);
   require_class(ds.get(), H5T_INTEGER, name, path);
   if (dims.size() != 1) fail(path, std::string(name) + " must be 1-D");
+  // Bound the element count by the bytes stored (every element is written)
+  // before allocating: a damaged dimension must not allocate or loop for ever.
+  const hsize_t stored = H5Dget_storage_size(ds.get());
+  if (dims[0] < 0 || hsize_t(dims[0]) > stored / sizeof(std::int64_t))
+    fail(path, std::string(name) + " has shape " + shape_string(dims) + " but only " + std::to_string(stored) +
+                   " bytes are stored (" + std::to_string(stored / sizeof(std::int64_t)) + " elements at most)");
   std::vector<std::int64_t> v(std::size_t(dims[0]), 0);
   read_part(ds.get(), mem_type, {0}, dims, v.data(), dxpl, name, path);
   return v;
@@ -243,6 +310,11 @@ TrainState read_state(hid_t file, const std::string& path, hid_t dxpl) {
       one(read_state_vec(file, kStateNames[3], H5T_NATIVE_INT64, path, dxpl), kStateNames[3], path);
   s.seed = std::uint64_t(one(read_state_vec(file, kStateNames[4], H5T_NATIVE_UINT64, path, dxpl), kStateNames[4], path));
   s.packer_state = read_state_vec(file, kStateNames[5], H5T_NATIVE_INT64, path, dxpl);
+  if (h5::exists(file, kLastLossState)) {
+    H ds = open_expected(file, kLastLossState, path, {1}, "the format");
+    require_class(ds.get(), H5T_FLOAT, kLastLossState, path);
+    read_part(ds.get(), H5T_NATIVE_DOUBLE, {0}, {1}, &s.last_loss, dxpl, kLastLossState, path);
+  }
   return s;
 }
 
@@ -274,36 +346,95 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
   if (lay.size() != 4) fail(path, "attribute writer_layout must hold 4 integers (dp, pp, cp, tp)");
   for (int i = 0; i < 4; ++i) info.layout[i] = int(lay[std::size_t(i)]);
   info.vocab = attr_i64(f, "vocab_size", path);
-  info.model.layers = int(attr_i64(f, "model_layers", path));
-  info.model.d_model = int(attr_i64(f, "model_d_model", path));
-  info.model.heads = int(attr_i64(f, "model_heads", path));
-  info.model.kv_heads = int(attr_i64(f, "model_kv_heads", path));
-  info.model.ffn_hidden = int(attr_i64(f, "model_ffn_hidden", path));
+  // The model record bounds every later loop and shape: check it first.
+  const char* const keys[5] = {"model_layers", "model_d_model", "model_heads", "model_kv_heads", "model_ffn_hidden"};
+  std::int64_t m[5];
+  for (int i = 0; i < 5; ++i) {
+    m[i] = attr_i64(f, keys[i], path);
+    if (m[i] < 1 || m[i] > (std::int64_t(1) << 31) - 1)
+      fail(path, std::string("attribute ") + keys[i] + " = " + std::to_string(m[i]) +
+                     " is not a model size (1 .. 2^31-1): damaged model record");
+  }
+  if (info.vocab < 1 || info.vocab > (std::int64_t(1) << 40))
+    fail(path, "attribute vocab_size = " + std::to_string(info.vocab) + " is not a vocabulary size (1 .. 2^40)");
+  if (m[1] % m[2] != 0)
+    fail(path, "model record: model_d_model = " + std::to_string(m[1]) + " is not a multiple of model_heads = " +
+                   std::to_string(m[2]));
+  info.model.layers = int(m[0]);
+  info.model.d_model = int(m[1]);
+  info.model.heads = int(m[2]);
+  info.model.kv_heads = int(m[3]);
+  info.model.ffn_hidden = int(m[4]);
+  info.has_rope_norm = h5::has_attr(f, "model_rope_theta") && h5::has_attr(f, "model_norm_eps");
+  if (info.has_rope_norm) {
+    info.model.rope_theta = attr_f64(f, "model_rope_theta", path);
+    info.model.norm_eps = attr_f64(f, "model_norm_eps", path);
+  }
+  // Value, m and v of every element are stored (no fill, no compression):
+  // a record implying more float32 than the file holds is damaged. long
+  // double: no overflow for sizes up to 2^31.
+  const long double d = m[1], kv = (long double)(m[3]) * (m[1] / m[2]), F = m[4];
+  const long double per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * F * d;
+  const long double elems = m[0] * per_layer + 2.0L * (long double)(info.vocab) * d + d;
+  const hsize_t fsize = [&] {
+    hsize_t s = 0;
+    return H5Fget_filesize(f, &s) >= 0 ? s : hsize_t(0);
+  }();
+  if (elems * 12 > (long double)(fsize))
+    fail(path, "model record (" + model_string(info.model, info.vocab) + ") needs " +
+                   std::to_string((unsigned long long)(elems * 12)) + " bytes of tensors but the file has " +
+                   std::to_string(fsize) + ": damaged model record or truncated file");
   info.tensors = split_lines(attr_string(f, "tensors", path));
+  const auto expected = model::param_shapes(info.model, info.vocab);
+  bool same = expected.size() == info.tensors.size();
+  for (std::size_t i = 0; same && i < expected.size(); ++i) same = expected[i].name == info.tensors[i];
+  if (!same)
+    fail(path, "attribute tensors lists " + std::to_string(info.tensors.size()) +
+                   " names that are not the model record's " + std::to_string(expected.size()) + " tensors (" +
+                   model_string(info.model, info.vocab) + ")");
+  for (const auto& e : expected) info.shapes.push_back(e.global_shape);
   return info;
 }
 
 /// Verifies datasets i with i % size == rank of the file (tensors × 3 kinds,
-/// then /state). Returns "" or the first error message.
-std::string verify_part(const std::string& path, int rank, int size, const std::vector<std::string>& names) {
+/// then /state): shapes from the model record first, every chunk read, the
+/// digest terms summed on the way.
+VerifyPart verify_part(const std::string& path, int rank, int size) {
   h5::Quiet quiet;
+  VerifyPart out;
   try {
     H f = open_serial(path);
-    const std::size_t nt = names.size() * 3;
+    const CheckpointInfo info = read_info(f.get(), path);
+    const std::size_t nt = info.tensors.size() * 3;
     for (std::size_t i = std::size_t(rank); i < nt + kNumState; i += std::size_t(size)) {
       if (i < nt) {
-        const std::string ds = kKinds[i % 3] + names[i / 3];
-        scan_f32(f.get(), ds, path, [](const float*, std::size_t) {}, nullptr);
+        const int k = int(i % 3);
+        const std::string& name = info.tensors[i / 3];
+        const std::uint64_t key = digest_key(k, name);
+        std::uint64_t idx = 0;
+        scan_f32(f.get(), kKinds[k] + name, path, info.shapes[i / 3], [&](const float* x, std::size_t n) {
+          out.sum += digest_span(key, idx, x, n);
+          idx += n;
+        });
       } else {
         const char* n = kStateNames[i - nt];
         read_state_vec(f.get(), n, i - nt == kSeedState ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, path);
       }
     }
+    if (rank == 0) {  // the /state term and the stored digest
+      out.sum += digest_state(read_state(f.get(), path, H5P_DEFAULT));
+      out.has_digest = h5::exists(f.get(), kDigestState);
+      if (out.has_digest) {
+        H ds = open_expected(f.get(), kDigestState, path, {1}, "the format");
+        require_class(ds.get(), H5T_INTEGER, kDigestState, path);
+        read_part(ds.get(), H5T_NATIVE_UINT64, {0}, {1}, &out.stored, H5P_DEFAULT, kDigestState, path);
+      }
+    }
     if (!f.reset()) fail(path, "cannot close" + h5::reason());
   } catch (const CheckpointError& e) {
-    return e.what();
+    out.err = e.what();
   }
-  return "";
+  return out;
 }
 
 }  // namespace wlb::io::ckpt

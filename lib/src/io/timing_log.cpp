@@ -3,9 +3,13 @@
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/data/h5util.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <hdf5.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <ostream>
 #include <string>
@@ -200,6 +204,59 @@ bool has_dataset(const std::string& path, const char* name) {
 
 const char* category_name(int c) { return (c >= 0 && c < kNumCategories) ? kNames[c] : "?"; }
 
+namespace {
+/// Rows of /steps before the first one with step >= `from` (rows are in
+/// step order: each start appends after dropping what it re-runs).
+hsize_t rows_before(hid_t steps, std::int64_t from) {
+  Handle sp(H5Dget_space(steps));
+  hsize_t n[1] = {0};
+  H5Sget_simple_extent_dims(sp.get(), n, nullptr);
+  if (n[0] == 0) return 0;
+  Handle t(h5::check(H5Tcreate(H5T_COMPOUND, sizeof(std::int64_t)), "timing log", "H5Tcreate"));
+  h5::check_status(H5Tinsert(t.get(), "step", 0, H5T_NATIVE_INT64), "timing log", "H5Tinsert step");
+  std::vector<std::int64_t> step(n[0]);
+  if (H5Dread(steps, t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, step.data()) < 0)
+    throw DataError("timing log: cannot read the step column of /steps");
+  hsize_t i = 0;
+  while (i < n[0] && step[i] < from) ++i;
+  return i;
+}
+
+/// Keeps the header and the rows before the first with step >= `from`
+/// (first CSV column); rewritten as .tmp + rename. Returns the rows dropped.
+std::size_t truncate_csv(const std::string& path, std::int64_t from) {
+  std::ifstream in(path);
+  std::vector<std::string> keep;
+  std::string line;
+  std::size_t dropped = 0;
+  bool cut = false;
+  while (std::getline(in, line)) {
+    if (keep.empty() || cut) {  // the header, or the rows after the cut
+      if (keep.empty()) keep.push_back(line); else ++dropped;
+      continue;
+    }
+    const long long step = std::strtoll(line.c_str(), nullptr, 10);
+    if (!line.empty() && step >= from) {
+      cut = true;
+      ++dropped;
+      continue;
+    }
+    keep.push_back(line);
+  }
+  in.close();
+  if (dropped == 0) return 0;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& l : keep) out << l << '\n';
+    if (!out) throw DataError("timing CSV '" + path + "': cannot rewrite it (" + tmp + ")");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw DataError("timing CSV '" + path + "': cannot rename " + tmp + " over it");
+  return dropped;
+}
+}  // namespace
+
 struct TimingLog::Impl {
   comm::Communicator world;
   Handle file, steps, restarts, trace, rtype, stype, ttype;  // closed in reverse order, file last
@@ -260,10 +317,23 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
     impl_->rtype = record_type();
     impl_->stype = restart_type();
     impl_->ttype = trace_type();
-    if (file_exists(h5_path))
+    if (file_exists(h5_path)) {
       impl_->open_existing(h5_path);
-    else
+      // Steps this start runs again (a resume from a checkpoint older than
+      // the last logged step) replace the earlier rows: each step once.
+      Handle sp(H5Dget_space(impl_->steps.get()));
+      hsize_t n[1] = {0};
+      H5Sget_simple_extent_dims(sp.get(), n, nullptr);
+      hsize_t keep[1] = {rows_before(impl_->steps.get(), restart.step)};
+      if (keep[0] < n[0]) {
+        if (H5Dset_extent(impl_->steps.get(), keep) < 0)
+          throw DataError("timing log '" + h5_path + "': cannot drop the rows of the steps run again");
+        spdlog::info("timing log {}: {} rows with step >= {} (run again by this start) dropped", h5_path,
+                     n[0] - keep[0], restart.step);
+      }
+    } else {
       impl_->create(h5_path);
+    }
     append_rows(impl_->restarts.get(), impl_->stype.get(), &restart, 1);
     const hid_t root = impl_->file.get();
     set_attr_string(root, "deck", id.deck, h5_path);
@@ -278,7 +348,15 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
     h5::write_attr(root, "peak_tflops", H5T_NATIVE_DOUBLE, &id.peak_tflops, 1, true, h5_path);
     H5Fflush(impl_->file.get(), H5F_SCOPE_LOCAL);
   }
-  if (!csv_path.empty()) impl_->open_csv(csv_path);
+  if (!csv_path.empty()) {
+    if (file_exists(csv_path)) {
+      const std::size_t dropped = truncate_csv(csv_path, restart.step);
+      if (dropped > 0)
+        spdlog::info("timing CSV {}: {} rows with step >= {} (run again by this start) dropped", csv_path,
+                     dropped, restart.step);
+    }
+    impl_->open_csv(csv_path);
+  }
 }
 
 TimingLog::~TimingLog() = default;

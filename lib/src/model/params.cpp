@@ -101,6 +101,31 @@ std::int64_t Param<Scalar>::global_index(std::int64_t i) const {
   return r * global_shape[1] + c;
 }
 
+// ---- the model's tensors --------------------------------------------------------------------
+
+std::vector<ParamShape> param_shapes(const core::ModelConfig& cfg, std::int64_t vocab) {
+  const std::int64_t d = cfg.d_model, D = cfg.head_dim(), F = cfg.ffn_hidden;
+  const std::int64_t q = std::int64_t(cfg.heads) * D, kv = std::int64_t(cfg.kv_heads) * D;
+  std::vector<ParamShape> out;
+  out.reserve(std::size_t(cfg.layers) * 9 + 3);
+  out.push_back({"embed.weight", {vocab, d}, 0, -1});
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string pre = "layers." + std::to_string(l) + ".";
+    out.push_back({pre + "attn_norm.weight", {d}, -1, l});
+    out.push_back({pre + "attn.wq", {q, d}, 0, l});
+    out.push_back({pre + "attn.wk", {kv, d}, 0, l});
+    out.push_back({pre + "attn.wv", {kv, d}, 0, l});
+    out.push_back({pre + "attn.wo", {d, q}, 1, l});
+    out.push_back({pre + "mlp_norm.weight", {d}, -1, l});
+    out.push_back({pre + "mlp.w_gate", {F, d}, 0, l});
+    out.push_back({pre + "mlp.w_up", {F, d}, 0, l});
+    out.push_back({pre + "mlp.w_down", {d, F}, 1, l});
+  }
+  out.push_back({"final_norm.weight", {d}, -1, -1});
+  out.push_back({"lm_head.weight", {vocab, d}, 0, -1});
+  return out;
+}
+
 // ---- ParamRegistry -------------------------------------------------------------------------
 
 template <class Scalar>
@@ -109,42 +134,25 @@ ParamRegistry<Scalar>::ParamRegistry(const core::ModelConfig& cfg, std::int64_t 
   validate_shard(cfg, vocab, shard);
   if (shard_.layer_end < 0) shard_.layer_end = cfg.layers;
   const int p = shard.tp_size, r = shard.tp_rank;
-  const std::int64_t d = cfg.d_model, D = cfg.head_dim();
-  const std::int64_t q = std::int64_t(cfg.heads) * D, kv = std::int64_t(cfg.kv_heads) * D;
-  const auto vs = split_range(vocab, p, r);
-  const auto fs = split_range(cfg.ffn_hidden, p, r);
-  const std::int64_t q0 = r * (q / p), kv0 = r * (kv / p);
-
-  auto add = [&](std::string name, std::vector<std::int64_t> g, int sdim, std::int64_t off, std::int64_t cnt) {
+  // Every sharded dimension splits by split_range: for heads this is the
+  // whole-head split (validate_shard: tp divides heads and kv_heads).
+  for (auto& s : param_shapes(cfg, vocab)) {
+    const bool mine = s.layer >= 0 ? (s.layer >= shard_.layer_begin && s.layer < shard_.layer_end)
+                                   : (s.name == "embed.weight" ? shard.embedding : shard.head);
+    if (!mine) continue;
     Param<Scalar> P;
-    P.name = std::move(name);
-    P.global_shape = g;
-    P.local_shape = g;
-    P.shard_dim = sdim;
-    if (sdim >= 0) {
-      P.shard_offset = off;
-      P.local_shape[sdim] = cnt;
+    P.name = std::move(s.name);
+    P.global_shape = s.global_shape;
+    P.local_shape = s.global_shape;
+    P.shard_dim = s.shard_dim;
+    if (s.shard_dim >= 0) {
+      const auto range = split_range(s.global_shape[std::size_t(s.shard_dim)], p, r);
+      P.shard_offset = range.first;
+      P.local_shape[std::size_t(s.shard_dim)] = range.second;
     }
-    P.decay = g.size() == 2;
-    P.tp_replicated = sdim < 0;
+    P.decay = P.global_shape.size() == 2;
+    P.tp_replicated = s.shard_dim < 0;
     params_.push_back(std::move(P));
-  };
-  if (shard.embedding) add("embed.weight", {vocab, d}, 0, vs.first, vs.second);
-  for (int l = shard_.layer_begin; l < shard_.layer_end; ++l) {
-    const std::string pre = "layers." + std::to_string(l) + ".";
-    add(pre + "attn_norm.weight", {d}, -1, 0, 0);
-    add(pre + "attn.wq", {q, d}, 0, q0, q / p);
-    add(pre + "attn.wk", {kv, d}, 0, kv0, kv / p);
-    add(pre + "attn.wv", {kv, d}, 0, kv0, kv / p);
-    add(pre + "attn.wo", {d, q}, 1, q0, q / p);
-    add(pre + "mlp_norm.weight", {d}, -1, 0, 0);
-    add(pre + "mlp.w_gate", {cfg.ffn_hidden, d}, 0, fs.first, fs.second);
-    add(pre + "mlp.w_up", {cfg.ffn_hidden, d}, 0, fs.first, fs.second);
-    add(pre + "mlp.w_down", {d, cfg.ffn_hidden}, 1, fs.first, fs.second);
-  }
-  if (shard.head) {
-    add("final_norm.weight", {d}, -1, 0, 0);
-    add("lm_head.weight", {vocab, d}, 0, vs.first, vs.second);
   }
   std::size_t total = 0;
   for (auto& P : params_) {

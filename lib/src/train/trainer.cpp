@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <optional>
 
 namespace wlb::train {
@@ -170,6 +171,7 @@ struct Trainer::Impl {
   std::string resumed_from;  // the checkpoint this run resumed from ("" : a fresh start)
   double run_start = 0;      // now() when this start's training began (step line's elapsed, ETA)
   std::vector<io::TraceRecord> trace_rows;  // this rank's actions of the traced step (log.trace_step)
+  double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
 
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
@@ -178,6 +180,12 @@ struct Trainer::Impl {
         stream(train_ds, c.train.seed, c.data.shuffle, c.data.max_docs > 0 ? c.data.max_docs : -1),
         source(stream) {
     if (!c.data.val.empty()) val_ds.emplace(data::TokenDataset::open(c.data.val));
+    if (g.rank() == 0)
+      for (const auto* ds : {&train_ds, val_ds ? &*val_ds : nullptr})
+        if (ds && !ds->has_checksum())
+          spdlog::warn("{}: no checksum (written by an older wlb4d-prep): token ids are checked per read span "
+                       "only; re-run wlb4d-prep to add max_token_id and tokens_fnv1a64",
+                       ds->path());
     vocab = model_vocab();
     cfg.model.data_vocab = train_ds.vocab_size();  // padded rows (vocab > it) are masked out of the loss
     check_has_targets();
@@ -423,6 +431,7 @@ struct Trainer::Impl {
     st.stream_position = stream.state().position;
     st.packer_state = packer->save_state();
     st.seed = cfg.train.seed;
+    st.last_loss = last_loss;
     io::CheckpointInfo info;
     info.deck = core::to_ini(cfg);
     info.dataset_identity = train_ds.identity();
@@ -448,6 +457,7 @@ struct Trainer::Impl {
     resumed_from = *path;
     step = r.state.step;
     tokens_seen = r.state.tokens_seen;
+    last_loss = r.state.last_loss;
     stream.restore({r.state.stream_epoch, r.state.stream_position});
     packer->load_state(r.state.packer_state);
     if (grid.rank() == 0) {
@@ -588,9 +598,12 @@ StepResult Trainer::run() {
   StepResult last;
   if (!I.resumed_from.empty() && I.step >= I.cfg.train.steps) {
     if (g.rank() == 0)
-      spdlog::info("run already complete: checkpoint {} is at step {} (its last step), train.steps={}; nothing to "
-                   "train (raise train.steps to continue)",
-                   I.resumed_from, I.step, I.cfg.train.steps);
+      spdlog::info("run already complete: checkpoint {} is at step {} (its last step), train.steps={}; last loss {}; "
+                   "nothing to train (raise train.steps to continue)",
+                   I.resumed_from, I.step, I.cfg.train.steps,
+                   std::isnan(I.last_loss) ? std::string("not stored (an older checkpoint)")
+                                           : fmt::format("{:.4f}", I.last_loss));
+    last.loss = I.last_loss;
     return last;
   }
   Throughput window;
@@ -603,6 +616,7 @@ StepResult Trainer::run() {
     kind_names += (kind_names.empty() ? "" : ",") + std::string(pipeline::to_string(k));
   while (I.step < I.cfg.train.steps && !stop) {
     last = step();
+    I.last_loss = last.loss;
     const int urgent = I.agreed_checkpoint_urgency();
     stop = urgent == 2;
     if (I.checkpoint_due(urgent)) {

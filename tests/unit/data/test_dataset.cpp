@@ -6,6 +6,8 @@
 #include "wlb4d/data/tokenizer.hpp"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <hdf5.h>
 
 #include <functional>
@@ -225,14 +227,60 @@ TEST(TokenDataset, WrongSchemaIsNamed) {
   expect_data_error([&] { TokenDataset::open(p); }, {p, "missing root attribute 'vocab_size'"});
 }
 
-TEST(TokenDataset, TokenAboveVocabIsCaughtOnRead) {
+TEST(TokenDataset, TokenAboveVocabIsCaughtAtOpen) {
   auto p = write_custom("big-token.h5", [](hid_t f) {
     replace_dataset<std::uint32_t>(f, "tokens", H5T_STD_U32LE, {72, 105, 256, 9999, 256}, H5T_NATIVE_UINT32);
   });
-  auto ds = TokenDataset::open(p);  // opening is fine: tokens are checked when read
+  // The open's checksum pass reads every id (before: found only by a read of that span).
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "'tokens'", "9999", "index 3", "vocab_size 257"});
+}
+
+TEST(TokenDataset, TokenAboveVocabIsCaughtOnReadWithoutChecksum) {
+  auto p = write_custom("big-token-old.h5", [](hid_t f) {
+    replace_dataset<std::uint32_t>(f, "tokens", H5T_STD_U32LE, {72, 105, 256, 9999, 256}, H5T_NATIVE_UINT32);
+    H5Adelete(f, "tokens_fnv1a64");  // as written before the checksum existed
+    H5Adelete(f, "max_token_id");
+  });
+  auto ds = TokenDataset::open(p);  // an older dataset: tokens are checked when read
+  EXPECT_FALSE(ds.has_checksum());
   std::vector<token_t> buf(3);
   ds.read(0, 0, 3, buf.data());
   expect_data_error([&] { ds.read(1, 0, 2, buf.data()); }, {p, "'tokens'", "9999", "index 3", "vocab_size 257"});
+}
+
+TEST(TokenDataset, MaxTokenIdAndChecksumAreCheckedAtOpen) {
+  // The writer's attributes against an independent scan of what it wrote.
+  auto p = write_custom("intact.h5", [](hid_t) {});
+  {
+    auto ds = TokenDataset::open(p);
+    EXPECT_TRUE(ds.has_checksum());
+    std::vector<token_t> all(std::size_t(ds.num_tokens()));
+    ds.read_tokens(0, ds.num_tokens(), all.data());
+    hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    std::int64_t max_id = -1;
+    hid_t a = H5Aopen(f, "max_token_id", H5P_DEFAULT);
+    H5Aread(a, H5T_NATIVE_INT64, &max_id);
+    H5Aclose(a);
+    H5Fclose(f);
+    EXPECT_EQ(max_id, std::int64_t(*std::max_element(all.begin(), all.end())));
+  }
+  // A token byte changed inside the vocabulary: only the checksum sees it.
+  p = write_custom("flipped-token.h5", [](hid_t f) {
+    replace_dataset<std::uint32_t>(f, "tokens", H5T_STD_U32LE, {72, 104, 256, 33, 256}, H5T_NATIVE_UINT32);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "'tokens' does not match its checksum", "tokens_fnv1a64"});
+  // Ids up to 300 with vocab_size 257 (e.g. prepared for another tokenizer):
+  // refused at open, naming the file, before any span is read.
+  p = write_custom("small-vocab.h5", [](hid_t f) {
+    H5Adelete(f, "max_token_id");
+    const std::int64_t v = 300;
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "max_token_id", H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Sclose(s);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "'max_token_id' = 300 is not below vocab_size = 257"});
 }
 
 TEST(TokenDatasetWriter, ValidatesAndIsAtomic) {

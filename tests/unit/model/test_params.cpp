@@ -142,3 +142,27 @@ TEST(ModelParams, InitStatistics) {
   EXPECT_NE(init_normal(1, "a", 5), init_normal(2, "a", 5));
   EXPECT_NE(init_normal(1, "a", 5), init_normal(1, "b", 5));
 }
+
+// param_shapes (what checkpoint readers check files against) lists exactly the
+// full registry's tensors, and a TP shard's local shapes are split_range of it.
+TEST(ModelParams, ParamShapesListTheFullRegistry) {
+  const auto cfg = small_cfg();
+  const auto shapes = param_shapes(cfg, 97);
+  ParamRegistry<float> reg(cfg, 97, ModelShard{});
+  ASSERT_EQ(shapes.size(), reg.size());
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(shapes[i].name, reg[i].name);
+    EXPECT_EQ(shapes[i].global_shape, reg[i].global_shape) << reg[i].name;
+    EXPECT_EQ(shapes[i].shard_dim, reg[i].shard_dim) << reg[i].name;
+  }
+  ModelShard s1;
+  s1.tp_rank = 1;
+  s1.tp_size = 2;
+  ParamRegistry<float> half(cfg, 97, s1);
+  EXPECT_EQ(half.at("embed.weight").local_shape, (std::vector<std::int64_t>{48, 16}));
+  EXPECT_EQ(half.at("embed.weight").shard_offset, 49);
+  EXPECT_EQ(half.at("layers.0.mlp.w_down").local_shape, (std::vector<std::int64_t>{16, 12}));
+  EXPECT_EQ(half.at("layers.0.mlp.w_down").shard_offset, 13);
+  EXPECT_EQ(half.at("layers.0.attn.wk").local_shape, (std::vector<std::int64_t>{4, 16}));
+  EXPECT_EQ(half.at("layers.0.attn.wk").shard_offset, 4);
+}

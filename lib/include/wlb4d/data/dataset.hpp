@@ -12,7 +12,18 @@
 ///                  tokenizer = "sentencepiece").
 /// - root attributes: format (string), format_version (int), vocab_size (int),
 ///   eos_id (int), tokenizer ("bytes" | "sentencepiece"), source (string),
-///   num_docs, num_tokens (int, informational), writer (string).
+///   num_docs, num_tokens (int, informational), writer (string),
+///   max_token_id (int: the largest id in /tokens, EOS included) and
+///   tokens_fnv1a64 (string, 16 hex digits: FNV-1a 64 over /tokens as
+///   little-endian uint32 bytes, core/hash.hpp). The last two are absent in
+///   datasets written before they existed; such files stay readable
+///   (has_checksum() false: the trainer warns) and are checked per span only.
+///
+/// Integrity at open (both open()s): max_token_id < vocab_size, then one
+/// pass over /tokens (16 MiB reads) that checks every id < vocab_size and
+/// the checksum, so a flipped token byte that stays inside the vocabulary
+/// is found before training (collective open: by rank 0, verdict on every
+/// rank). Cost, measured on this platform: see docs/data.md.
 
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/types.hpp"
@@ -34,8 +45,10 @@ inline constexpr int kTokenFormatVersion = 1;
 /// Errors: every failure throws core::DataError naming the file, the dataset
 /// and the rule (missing file; not HDF5 / truncated; missing dataset or
 /// attribute; wrong dtype or rank; offsets not starting at 0, not strictly
-/// increasing or not ending at num_tokens; a token >= vocab_size on read; a
-/// span outside the document or dataset).
+/// increasing or not ending at num_tokens; max_token_id >= vocab_size, a
+/// token >= vocab_size or a /tokens checksum mismatch at open; a token >=
+/// vocab_size on read (datasets without a checksum); a span outside the
+/// document or dataset).
 class TokenDataset {
  public:
   /// Serial open: each rank opens the file read-only itself (no MPI needed).
@@ -77,6 +90,9 @@ class TokenDataset {
   std::string identity() const;
   /// Serialized sentencepiece model ("" for the bytes tokenizer); read at open.
   std::string tokenizer_model() const;
+  /// The file carries tokens_fnv1a64 (verified at open); false for datasets
+  /// written before wlb4d-prep stored it.
+  bool has_checksum() const;
 
  private:
   struct Impl;

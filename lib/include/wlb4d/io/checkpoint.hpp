@@ -29,7 +29,28 @@
 ///                                     state exists in wlb4d)
 ///   /state/packer          int64 [n]  balance::Packer::save_state() (carry-over,
 ///                                     outlier queues, left-overs; n may be 0)
+///   /state/last_loss       float64 [1] training loss of the last step run
+///                                     (nats; NaN when none ran). Optional:
+///                                     absent in older files.
+///   /state/digest          uint64 [1] content digest of the whole state (below).
+///                                     Optional: absent in older files, which
+///                                     load and verify ("no digest").
 ///                     All /state datasets are chunked with Fletcher32 too.
+///
+/// ## Content digest (/state/digest)
+/// Fletcher32 protects each chunk against damage but not against a
+/// consistent rewrite (h5py writing one element recomputes the chunk's
+/// checksum), so the whole content carries one digest: the sum modulo 2^64
+/// of one 64-bit term per element — term = splitmix64(splitmix64(key(kind,
+/// name) + global row-major index) XOR the float's 32 bits), key =
+/// splitmix64(FNV-1a("/model/" | "/optim/m/" | "/optim/v/" + name)) — plus
+/// splitmix64(FNV-1a of step, tokens_seen, stream_epoch, stream_position,
+/// seed, the packer state and the bits of last_loss, little-endian). A sum of
+/// per-element hashes (AdHash, Bellare & Micciancio, "A new paradigm for
+/// collision-free hashing", EUROCRYPT 1997) can be computed shard by shard
+/// and all-reduced, so it does not depend on the writing or reading layout.
+/// It detects accidents (any single changed element changes it with
+/// probability 1 - 2^-64), not an adversary who rewrites the digest too.
 ///   root attributes (strings are variable-length UTF-8):
 ///     format (string "wlb4d-checkpoint"), format_version (int 1),
 ///     step, tokens_seen (int64, copies of /state for h5dump readers),
@@ -38,8 +59,20 @@
 ///     program_version, git_sha (strings, core/version.hpp), dataset_identity
 ///     (string, data::TokenDataset::identity()), model shape: vocab_size,
 ///     model_layers, model_d_model, model_heads, model_kv_heads,
-///     model_ffn_hidden (int64), tensors (string: every parameter name, one
-///     per line, in the model's fixed registry order).
+///     model_ffn_hidden (int64), model_rope_theta, model_norm_eps (float64;
+///     absent in files written before they joined the model identity), tensors
+///     (string: every parameter name, one per line, in the model's fixed
+///     registry order).
+///
+/// ## Shapes before reads
+/// Every reader (load, verify, inspect) first checks the model record (the
+/// model_* attributes: positive, d_model % heads == 0, at most 2^31 each,
+/// value + m + v of all its tensors no larger than the file) and that
+/// `tensors` lists exactly model::param_shapes() of it; every dataset's shape
+/// is then compared with the shape the record implies (and /state datasets'
+/// element counts with the bytes stored) before any element is read, so a
+/// damaged dimension (e.g. 2^61 + 1) is an error naming the dataset, never a
+/// loop over it.
 ///
 /// `DIR/latest`: text, one checkpoint file name (relative to DIR) per line,
 /// newest first. The first line is the newest complete checkpoint; the list
@@ -86,8 +119,10 @@
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -121,9 +156,11 @@ struct TrainState {
   std::int64_t stream_position = 0;  ///< DocumentStream::State::position
   std::vector<std::int64_t> packer_state;  ///< Packer::save_state()
   std::uint64_t seed = 0;            ///< train.seed
+  double last_loss = std::numeric_limits<double>::quiet_NaN();  ///< loss of the last step run (nats); NaN: none / not stored
   bool operator==(const TrainState& o) const {
+    const bool same_loss = last_loss == o.last_loss || (std::isnan(last_loss) && std::isnan(o.last_loss));
     return step == o.step && tokens_seen == o.tokens_seen && stream_epoch == o.stream_epoch &&
-           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed;
+           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed && same_loss;
   }
 };
 
@@ -131,7 +168,8 @@ struct TrainState {
 struct CheckpointInfo {
   std::string deck;              ///< resolved deck text (core::to_ini(cfg))
   std::string dataset_identity;  ///< data::TokenDataset::identity() of the training set
-  core::ModelConfig model;       ///< layers, d_model, heads, kv_heads, ffn_hidden are stored
+  core::ModelConfig model;       ///< layers, d_model, heads, kv_heads, ffn_hidden, rope_theta, norm_eps are stored
+  bool has_rope_norm = false;    ///< read: rope_theta/norm_eps were stored (older files lack them)
   std::int64_t vocab = 0;        ///< vocabulary size (from the dataset)
   // Filled by save/read; ignored on input to save_checkpoint():
   int layout[4] = {1, 1, 1, 1};  ///< writer's dp, pp, cp, tp
@@ -140,6 +178,13 @@ struct CheckpointInfo {
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;
   std::vector<std::string> tensors;  ///< parameter names in file order
+  std::vector<std::vector<std::int64_t>> shapes;  ///< read: global shape of tensors[i] implied by the model record
+};
+
+/// What verify_checkpoint() found.
+struct VerifyResult {
+  bool has_digest = false;  ///< /state/digest present (false: an older file, "no digest")
+  std::uint64_t digest = 0; ///< the stored digest, equal to the recomputed one
 };
 
 /// "[64][32]" (shape printing used in messages).
@@ -211,21 +256,26 @@ struct LoadedCheckpoint {
 ///         `model`/`vocab` ("written for layers=2 d_model=64 ... vocab=97 but
 ///         the deck's model has ..."); a tensor missing; a dataset whose shape
 ///         differs from its TensorRef's global_shape (both shapes named);
-///         a checksum or read failure (file and dataset named). On failure
+///         a checksum or read failure (file and dataset named); a content
+///         digest that differs from the one recomputed over the shards read
+///         (checked when every held tensor has value, m and v). On failure
 ///         the held buffers may be partly overwritten: do not train on.
 LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGrid& grid,
                                  const std::vector<TensorRef>& tensors, const core::ModelConfig& model,
                                  std::int64_t vocab);
 
-/// Serial check of one checkpoint file: opens it, checks format attributes
-/// and reads every dataset listed (all /model, /optim/m, /optim/v tensors of
-/// the `tensors` attribute and /state), so every Fletcher32 checksum is
-/// verified. \throws core::CheckpointError naming the file and the dataset.
-void verify_checkpoint(const std::string& path);
+/// Serial check of one checkpoint file: opens it, checks format attributes,
+/// the model record and every dataset's shape (see "Shapes before reads"),
+/// reads every dataset listed (all /model, /optim/m, /optim/v tensors of the
+/// `tensors` attribute and /state), so every Fletcher32 checksum is
+/// verified, and recomputes the content digest when the file has one.
+/// \throws core::CheckpointError naming the file and the dataset, or
+///         "content digest mismatch" naming the file.
+VerifyResult verify_checkpoint(const std::string& path);
 
 /// Collective version: dataset i is verified by world rank i % size; all
 /// ranks agree (the first failure's message is thrown on every rank).
-void verify_checkpoint(const std::string& path, const comm::Communicator& world);
+VerifyResult verify_checkpoint(const std::string& path, const comm::Communicator& world);
 
 /// Root attributes of a checkpoint (serial, any process; no dataset read).
 /// \throws core::CheckpointError if the file is not a wlb4d checkpoint.
@@ -269,7 +319,9 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 ///         missing or fails verification, or when `latest` exists but no
 ///         listed checkpoint is usable (every reason named).
 /// "" when the checkpoint at `path` was written for this model and
-/// (padded) vocabulary, else the reason naming both models. Serial read.
+/// (padded) vocabulary, else the reason naming both models; a differing
+/// model.rope_theta or model.norm_eps is named with both values (files
+/// that predate these attributes are not compared on them). Serial read.
 /// \throws core::CheckpointError if the file cannot be read.
 std::string checkpoint_model_mismatch(const std::string& path, const core::ModelConfig& model, std::int64_t vocab);
 

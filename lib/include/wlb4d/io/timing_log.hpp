@@ -120,7 +120,11 @@ struct RestartRecord {
 class TimingLog {
  public:
   /// Opens (appending) or creates the table. Empty path: records are only
-  /// gathered (for summaries), nothing is written.
+  /// gathered (for summaries), nothing is written. Rows of /steps (and of the
+  /// CSV) with step >= restart.step are dropped first: this start runs those
+  /// steps again (a resume from a checkpoint older than the last logged
+  /// step), so every step appears once, from the start that ran it last;
+  /// /restarts keeps every start.
   /// \throws core::DataError if the file exists but is not a timing log.
   TimingLog(const std::string& h5_path, const std::string& csv_path, const comm::Communicator& world,
             const RestartRecord& restart, const RunIdentity& identity = {});
