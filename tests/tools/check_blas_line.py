@@ -30,7 +30,7 @@ out = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=120)
 text = out.stdout + out.stderr
 if out.returncode != 0:
     sys.exit(f"check_blas_line: wlb4d exited {out.returncode}:\n{text[-2000:]}")
-m = re.search(r"OpenBLAS core (\S+) \(([^)]+)\), (\d+) threads?; CPU: (\S+)", text)
+m = re.search(r"OpenBLAS core (\S+) \(([^)]+)\), (\d+) threads?; CPU: ([A-Za-z0-9-]+)", text)
 if not m:
     if re.search(r"BLAS: not OpenBLAS", text):
         print("check_blas_line: not OpenBLAS (nothing to check)"); sys.exit(0)

@@ -66,7 +66,9 @@ std::string version_report(const std::string& tool, const std::string& hdf5) {
   std::string build_type(kBuildType);
   if (build_type.empty()) build_type = "no CMAKE_BUILD_TYPE";
   out += fmt::format("  build    {} ({})\n", build_type, std::string(kCompiler));
-  out += fmt::format("  BLAS     {}\n", probe_blas().summary());
+  const auto blas = probe_blas();
+  out += fmt::format("  BLAS     {}\n", blas.summary());
+  if (const auto advice = blas.advice(); !advice.empty()) out += fmt::format("  warning: {}\n", advice);
   return out;
 }
 
