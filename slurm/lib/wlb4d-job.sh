@@ -20,6 +20,10 @@
 #   SRUN_ARGS   extra srun options (defaults per template, e.g. --cpu-bind=cores)
 #   MPIEXEC     mpiexec command (default mpiexec); MPIEXEC_ARGS extra options (e.g. -bind-to core)
 #   DRY_RUN=1   print what would be launched and stop after the layout check
+#   WLB4D_SITE_ENV  a file sourced first in every job: the site's `module load ...` /
+#               `spack env activate ...` / `spack load wlb4d` lines (see slurm/site-env.example.sh)
+#   WLB4D_GPU_MAP   node-local rank i -> GPU WLB4D_GPU_MAP[i] (comma list, e.g. 2,3,0,1);
+#               default in train-gpu.sbatch: the GPUs in NUMA order (wlb4d_gpu_numa_order)
 
 wlb4d_log() { echo "[wlb4d-job] $*"; }
 wlb4d_die() {
@@ -40,7 +44,36 @@ wlb4d_ntasks() {
   fi
 }
 
+# The site's environment (modules, Spack) before anything else, so WLB4D_BIN
+# on PATH and the MPI/CUDA libraries come from it.
+wlb4d_site_env() {
+  [ -n "${WLB4D_SITE_ENV:-}" ] || return 0
+  [ -r "$WLB4D_SITE_ENV" ] || wlb4d_die "WLB4D_SITE_ENV=$WLB4D_SITE_ENV is not a readable file"
+  wlb4d_log "site environment: source $WLB4D_SITE_ENV"
+  set +u
+  # shellcheck disable=SC1090
+  source "$WLB4D_SITE_ENV" || { set -u; wlb4d_die "sourcing WLB4D_SITE_ENV=$WLB4D_SITE_ENV failed"; }
+  set -u
+}
+
+# GPUs of this node in NUMA order, as a comma list of device indices: the rows of
+# `nvidia-smi topo -m` sorted by their "NUMA Affinity" column (stable, so GPUs of
+# one NUMA node keep their index order). With srun --cpu-bind=cores and block
+# distribution, node-local rank i runs on the i-th block of cores, so mapping it
+# to the i-th GPU of this list gives each rank a GPU on its own NUMA node.
+# Prints nothing when nvidia-smi is missing or reports no NUMA affinity.
+wlb4d_gpu_numa_order() {
+  command -v "${NVIDIA_SMI:-nvidia-smi}" >/dev/null 2>&1 || return 0
+  "${NVIDIA_SMI:-nvidia-smi}" topo -m 2>/dev/null | awk '
+    !hdr && /NUMA Affinity/ { hdr = 1; for (i = 1; i <= NF; i++) if ($i ~ /^(GPU|NIC)[0-9]+$|^mlx/) ncol++; next }
+    hdr && $1 ~ /^GPU[0-9]+$/ {
+      numa = $(ncol + 3)               # name, ncol matrix cells, CPU affinity, NUMA affinity
+      if (numa !~ /^[0-9]+$/) exit 1   # N/A: no NUMA information
+      printf "%d %d\n", numa, substr($1, 4) }' | sort -s -n -k1,1 | awk '{ printf "%s%s", sep, $2; sep = "," } END { if (NR) print "" }'
+}
+
 wlb4d_setup() {
+  wlb4d_site_env
   DECK=${1:-${DECK:-}}
   [ $# -gt 0 ] && shift
   [ -n "$DECK" ] || wlb4d_die "no deck: sbatch $(basename "${WLB4D_TEMPLATE:-slurm/train.sbatch}") DECK.ini [--section.key=value ...]"
@@ -73,7 +106,7 @@ wlb4d_setup() {
   if [ -n "${SLURM_JOB_ID:-}" ]; then
     scontrol show job "$SLURM_JOB_ID" >"$RUN_DIR/job.txt" 2>/dev/null || true
   fi
-  env | grep -E '^(SLURM|SRUN|KOKKOS|OMP|OPENBLAS|NCCL|CUDA|MPICH|FI|UCX|HYDRA|MPIR)_' | sort >"$RUN_DIR/env.txt" || true
+  env | grep -E '^(SLURM|SRUN|KOKKOS|OMP|OPENBLAS|NCCL|CUDA|MPICH|FI|UCX|HYDRA|MPIR|WLB4D)_' | sort >"$RUN_DIR/env.txt" || true
   wlb4d_log "job ${job}${SLURM_ARRAY_TASK_ID:+ (array task $SLURM_ARRAY_TASK_ID)} on ${SLURM_JOB_NODELIST:-$(hostname)} | $(date -Is)"
   wlb4d_log "bin $WLB4D_BIN | deck $DECK | overrides: ${ARGS[*]:-(none)} | run dir $RUN_DIR | workdir $(pwd)"
 }
@@ -145,10 +178,12 @@ wlb4d_launch() {
   local cmd
   if [ "$LAUNCHER" = srun ]; then
     # shellcheck disable=SC2206
-    cmd=(srun --mpi="$SRUN_MPI" --ntasks="$WLB4D_NRANKS" ${SRUN_ARGS:-} "$@" "$WLB4D_BIN" "$DECK" "${ARGS[@]}")
+    # --kill-on-bad-exit=1: one rank failing ends the step, instead of the others
+    # waiting in a collective until the time limit.
+    cmd=(srun --mpi="$SRUN_MPI" --ntasks="$WLB4D_NRANKS" --kill-on-bad-exit=1 ${SRUN_ARGS:-} "$@" "$WLB4D_BIN" "$DECK" "${ARGS[@]}")
   else
     # hydra's mpiexec reads the allocation (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE)
-    # and starts its proxies with srun itself.
+    # and starts its proxies with srun itself; it ends every rank when one fails.
     # shellcheck disable=SC2206
     cmd=($MPIEXEC -n "$WLB4D_NRANKS" ${MPIEXEC_ARGS:-} "$@" "$WLB4D_BIN" "$DECK" "${ARGS[@]}")
   fi

@@ -155,7 +155,7 @@ resume) # a second job continues the first one's run from its step-3 checkpoint
     test "$(latest_of checkpoints)" = step_000006.h5
   ;;
 
-chain) # submit-chain.sh: job 1 stopped by SIGUSR1 (checkpoint, exit 0), job 2 resumes (afterany)
+chain) # submit-chain.sh: job 1 stopped by SIGUSR1 (checkpoint, exit 0), job 2 resumes (afterok: job 1 exited 0)
   need_slurm
   [ -s "$WORK/train/checkpoints/latest" ] || skip "the train job wrote no checkpoint: checkpoint writing not in this build yet"
   rm -rf "$WORK/chain"
@@ -169,7 +169,7 @@ chain) # submit-chain.sh: job 1 stopped by SIGUSR1 (checkpoint, exit 0), job 2 r
   j1=$(echo "$ids" | sed -n 1p)
   j2=$(echo "$ids" | sed -n 2p)
   say "chain: $j1 -> $j2"
-  check "job 2 depends on job 1 (afterany)" bash -c "scontrol show job $j2 | grep -q 'Dependency=afterany:$j1'"
+  check "job 2 depends on job 1 (afterok)" bash -c "scontrol show job $j2 | grep -q 'Dependency=afterok:$j1'"
   # Stop job 1 like the time limit would (--signal=USR1@120) once it is training.
   t0=$SECONDS
   until grep -Eq "step +[0-9]+/$steps \|( [0-9:]+ \|)? loss" "chain-$j1.out" 2>/dev/null; do

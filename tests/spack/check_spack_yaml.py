@@ -205,6 +205,11 @@ class Checker:
         self.errors.append("%s: %s" % (where, msg))
 
     def check_node(self, where, node):
+        if node["name"] in self.db.get("virtuals", {}):
+            if node["variants"]:
+                self.err(where, "'%s' is a virtual package: it has no variants (give them on its provider)"
+                         % node["name"])
+            return
         pk = self.db["packages"].get(node["name"])
         if pk is None:
             self.err(where, "'%s' is not a known Spack package (tests/spack/spack_packages.json)" % node["name"])
@@ -401,7 +406,20 @@ def main(argv):
             n = chk.check_spec("GPU spec '%s'" % s, s)
             if n:
                 gpu.append(("GPU spec '%s'" % s, n))
+    providers = {}
     for pkg, conf in (sp.get("packages") or {}).items():
+        if pkg == "all":
+            for virt, provs in ((conf or {}).get("providers") or {}).items():
+                known = db.get("virtuals", {}).get(virt)
+                if known is None:
+                    chk.err("packages:all:providers:%s" % virt, "'%s' is not a known virtual package" % virt)
+                    continue
+                for pv in provs or []:
+                    name = parse_spec(pv)[0]["name"] if isinstance(pv, str) else repr(pv)
+                    if name not in known["providers"]:
+                        chk.err("packages:all:providers:%s" % virt, "'%s' does not provide %s (known: %s)"
+                                % (name, virt, ", ".join(sorted(known["providers"]))))
+                providers[virt] = [parse_spec(pv)[0]["name"] for pv in provs or [] if isinstance(pv, str)]
         for key in ("require", "prefer", "conflict"):
             for s in (conf or {}).get(key, []) or []:
                 if isinstance(s, dict) and "spec" not in s:
@@ -413,10 +431,30 @@ def main(argv):
                 else:
                     nodes = chk.check_spec("packages:%s:%s '%s'" % (pkg, key, s),
                                            s if s.startswith(pkg) else pkg + " " + s)
-                if nodes and pkg == "mpi" and nodes[0]["name"] == "mpich":
-                    roots.append(("packages:mpi:require '%s'" % s, nodes))
+                if nodes and pkg == "mpi" and key == "require" and \
+                        nodes[0]["name"] in db.get("virtuals", {}).get("mpi", {}).get("providers", {}):
+                    chk.err("packages:mpi:require '%s'" % s, "requiring one MPI implementation makes a site MPI "
+                            "(cray-mpich, openmpi external) fail to concretize: prefer it with "
+                            "packages:all:providers:mpi: [%s] instead" % nodes[0]["name"])
+                if nodes and key == "require" and nodes[0]["name"] == "mpich":
+                    roots.append(("packages:%s:require '%s'" % (pkg, s), nodes))
         if pkg not in ("all", "mpi") and pkg not in db["packages"]:
             chk.err("packages:%s" % pkg, "not a known Spack package")
+    mpi_providers = db.get("virtuals", {}).get("mpi", {}).get("providers", {})
+    for s in specs:
+        try:
+            name = parse_spec(s)[0]["name"]
+        except ValueError:
+            continue
+        if name in mpi_providers:
+            chk.err("spec '%s'" % s, "a root spec on one MPI implementation (%s) forces it on every site: "
+                    "name the virtual 'mpi' and make %s the default with packages:all:providers:mpi"
+                    % (name, name))
+    if (providers.get("mpi") or [None])[0] != "mpich":
+        chk.err(path, "packages:all:providers:mpi: [mpich, ...] expected (mpich as the default MPI provider)")
+    elif not any(n["name"] == "mpich" and n["versions"] for _, ns in roots for n in ns):
+        chk.err(path, "mpich is the default MPI: require mpich@4.1: (hdf5+mpi conflicts with mpich@4.0:4.0.3), "
+                "e.g. packages:mpich:require: [\"@4.1:\"]")
     rules(chk, roots, gpu)
     if sp.get("concretizer", {}).get("unify") is not True:
         chk.err(path, "concretizer: unify: true expected (one hdf5/mpi for wlb4d and py-h5py)")
