@@ -20,7 +20,7 @@ namespace h5 = data::h5;
 using h5::Handle;
 using core::DataError;
 
-constexpr int kFormatVersion = 2;
+constexpr int kFormatVersion = 3;
 const char* const kNames[kNumCategories] = {"plan",     "data",     "forward",   "backward",
                                             "p2p_wait", "tp_comm",  "cp_comm",   "dp_reduce",
                                             "optimizer", "checkpoint", "eval",   "total"};
@@ -80,7 +80,8 @@ const std::vector<Field>& step_fields() {
     for (Field x : {WLB_FIELD(R, loss), WLB_FIELD(R, val_loss), WLB_FIELD(R, grad_norm), WLB_FIELD(R, lr),
                     WLB_FIELD(R, tokens), WLB_FIELD(R, local_tokens), WLB_FIELD(R, gflops),
                     WLB_FIELD(R, attn_imbalance), WLB_FIELD(R, latency_imbalance), WLB_FIELD(R, cp_imbalance),
-                    WLB_FIELD(R, delay_mean), WLB_FIELD(R, delay_max), WLB_FIELD(R, compute_cpu)})
+                    WLB_FIELD(R, delay_mean), WLB_FIELD(R, delay_max), WLB_FIELD(R, compute_cpu),
+                    WLB_FIELD(R, mem_predicted), WLB_FIELD(R, mem_measured), WLB_FIELD(R, mem_rss)})
       f.push_back(x);
     return f;
   }();

@@ -9,11 +9,12 @@
 ///              (step, rank), chunked; appended by rank 0 after each step.
 ///   /restarts  1-D extendible compound dataset of RestartRecord, one row per
 ///              start of the trainer (first start included).
-///   attributes on /: format = "wlb4d-timing", format_version = 2.
+///   attributes on /: format = "wlb4d-timing", format_version = 3.
 /// All times are wall seconds measured after Kokkos::fence(), except
 /// TimingRecord::compute_cpu (process CPU seconds).
-/// Version 2 added compute_cpu and the cost-model columns of /restarts; a
-/// version-1 file is refused (DataError) rather than appended to.
+/// Version 2 added compute_cpu and the cost-model columns of /restarts;
+/// version 3 the memory columns mem_predicted, mem_measured, mem_rss. An
+/// older file is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
 
@@ -66,6 +67,13 @@ struct TimingRecord {
   /// by time-slicing when ranks outnumber cores, so max/mean of it over ranks
   /// is the measured compute imbalance the balancer aims to remove.
   double compute_cpu = 0;
+  /// Memory of this rank (bytes): the memory model's predicted peak
+  /// (pipeline::predict_memory), the measured high-water mark of Kokkos
+  /// allocations in the model's memory space so far (core::kokkos_peak_bytes)
+  /// and the peak resident set so far (getrusage).
+  std::int64_t mem_predicted = 0;
+  std::int64_t mem_measured = 0;
+  std::int64_t mem_rss = 0;
 };
 
 /// One row of /restarts.
