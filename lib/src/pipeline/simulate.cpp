@@ -26,6 +26,8 @@ std::vector<std::string> words(const std::string& s) {
   return out;
 }
 
+constexpr double kMaxPlanTokens = 2e10;
+
 double ring_allgather(double alpha, double beta, int g, double bytes_per_rank) {
   return g <= 1 ? 0.0 : (g - 1) * (alpha + beta * bytes_per_rank);
 }
@@ -169,6 +171,19 @@ PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t
           cfg.train.micro_batches, std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens),
           cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.virtual_stages, core::format_bytes(need),
           core::format_bytes(have)));
+  }
+  {
+    // Work bound: the simulation walks every token of every simulated step
+    // (packing, CP shards); about 1e9 tokens per CPU second here.
+    const double rows = double(words(cfg.plan.packers).size() * words(cfg.plan.shardings).size() + 1);
+    const double T = double(std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens));
+    const double work = double(cfg.plan.steps) * rows * double(cfg.train.micro_batches) * T;
+    if (work > kMaxPlanTokens)
+      throw core::ConfigError(fmt::format(
+          "wlb4d-plan: plan.steps={} x {:.0f} rows x train.micro_batches={} x {:.0f} tokens = {:.3g} simulated "
+          "tokens exceeds the planner's bound of {:.3g} (minutes of work): lower plan.steps or "
+          "train.micro_batches",
+          cfg.plan.steps, rows, cfg.train.micro_batches, T, work, kMaxPlanTokens));
   }
   PlanReport rep;
   rep.vocab = plan_vocab(cfg);

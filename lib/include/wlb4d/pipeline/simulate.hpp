@@ -118,7 +118,8 @@ double planner_host_bytes(const core::Config& cfg, double mean_length);
 /// with train.seed. "auto" thresholds are tuned once on 20,000 lengths.
 /// \throws core::ConfigError for unknown packer/sharding names or layouts,
 ///         and, before any work, when planner_host_bytes() exceeds the host's
-///         MemAvailable (both numbers in the message);
+///         MemAvailable (both numbers in the message) or plan.steps × rows ×
+///         micro_batches × tokens exceeds 2e10 simulated tokens;
 ///         core::DataError for an empty length list.
 PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths);
 
