@@ -11,7 +11,10 @@
 /// asked for (Kokkos' own allocation header not included), managed Views
 /// only; unmanaged windows and std::vector are not Kokkos allocations.
 /// The pipeline memory model (pipeline/memory_model.hpp) predicts the same
-/// quantity, so the two are comparable term by term.
+/// quantity, so the two are comparable term by term. With the environment
+/// variable WLB4D_MEMORY_TRACE set, every counted allocation is printed to
+/// stderr (bytes, View label, space, running total): the way to find the
+/// allocation a term misses.
 
 #include <cstdint>
 #include <string>
