@@ -38,7 +38,7 @@ Tracker& tracker() {
 
 std::atomic<bool> g_installed{false};
 
-extern "C" void wlb_on_allocate(const Kokkos_Profiling_SpaceHandle handle, const char* label, const void* ptr,
+void wlb_on_allocate(const Kokkos_Profiling_SpaceHandle handle, const char* label, const void* ptr,
                                 const uint64_t size) {
   auto& t = tracker();
   const std::lock_guard<std::mutex> lock(t.mu);
@@ -53,7 +53,7 @@ extern "C" void wlb_on_allocate(const Kokkos_Profiling_SpaceHandle handle, const
                           (long long)s.current);
 }
 
-extern "C" void wlb_on_deallocate(const Kokkos_Profiling_SpaceHandle, const char*, const void* ptr, const uint64_t) {
+void wlb_on_deallocate(const Kokkos_Profiling_SpaceHandle, const char*, const void* ptr, const uint64_t) {
   auto& t = tracker();
   const std::lock_guard<std::mutex> lock(t.mu);
   const auto it = t.live.find(ptr);

@@ -149,11 +149,12 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   if (cp > 1) e.terms.push_back({"cp_kv_buffers", 5 * C * kd * b, "cp_kv: gathered K, V, dK, dV, temp"});
   {
     // Team scratch of the attention kernels: a host backend keeps one
-    // allocation of the largest kernel's (Kokkos::Serial::scratch_mem); on a
-    // GPU level-0 scratch is on-chip and not a Kokkos allocation.
+    // allocation of the largest kernel's per thread (Kokkos::Serial::
+    // scratch_mem); on a GPU level-0 scratch is on-chip, not a Kokkos allocation.
     constexpr bool host = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
     const auto t = model::attention_tiles<float>(int(D));
-    const double bytes = host ? double(std::max({t.forward_bytes, t.dkdv_bytes, t.dq_bytes})) : 0.0;
+    const double bytes =
+        host ? double(ExecSpace().concurrency()) * double(std::max({t.forward_bytes, t.dkdv_bytes, t.dq_bytes})) : 0.0;
     e.terms.push_back({"attention_scratch", bytes, "Kokkos team scratch of the attention kernels (host backends)"});
   }
   e.terms.push_back({"p2p_buffers", p2p_bufs, "pp_recv, pp_send_grad (one per micro-batch)"});

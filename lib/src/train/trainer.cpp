@@ -375,7 +375,7 @@ struct Trainer::Impl {
   /// This rank's memory figures into a timing record (bytes).
   void fill_memory(io::TimingRecord& rec) const {
     rec.mem_predicted = std::int64_t(mem.total());
-    rec.mem_measured = core::kokkos_peak_bytes();
+    rec.mem_measured = core::kokkos_peak_bytes(MemSpace::name());  // the space the model predicts
     rec.mem_rss = core::peak_rss_bytes();
   }
 
@@ -383,7 +383,7 @@ struct Trainer::Impl {
   /// Collective over the world.
   void print_memory_report() const {
     const int n = grid.world_size();
-    std::vector<double> mine = {mem.total(), double(core::kokkos_peak_bytes()), double(core::peak_rss_bytes()),
+    std::vector<double> mine = {mem.total(), double(core::kokkos_peak_bytes(MemSpace::name())), double(core::peak_rss_bytes()),
                                 double(grid.pp_rank()), double(grid.tp_rank())};
     std::vector<double> all(mine.size() * std::size_t(n));
     grid.world().allgather(mine.data(), all.data(), mine.size());
