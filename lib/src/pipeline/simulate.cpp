@@ -118,10 +118,13 @@ std::vector<MemoryRow> memory_table(const core::Config& cfg, std::int64_t vocab)
   auto row = [&](const core::Config& c, const std::string& name) {
     MemoryRow r;
     r.setting = name;
-    for (const auto& e : predict_memory_stages(c, vocab)) {
+    const auto stages = predict_memory_stages(c, vocab);
+    for (const auto& e : stages) {
       r.stage_bytes.push_back(e.total());
       r.peak_bytes = std::max(r.peak_bytes, e.total());
     }
+    const auto worst = max_memory(stages);
+    r.terms = fmt::format("pp rank {}: {}", worst.pp_rank, format_memory(worst));
     r.fits = r.peak_bytes <= budget;
     return r;
   };
@@ -293,6 +296,7 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
     out += fmt::format("{:<48}{} {:>9.2f}  {}\n", m.setting, st, m.peak_bytes / gib,
                        m.fits ? "yes" : fmt::format("NO (> {} GiB)", budget));
   }
+  out += fmt::format("deck setting, largest stage: {}\n", rep.memory.front().terms);
   out += "\nlat_ID: max x n / total per-micro-batch latency (paper Table 2); attn_ID: max/mean sum d^2; cp_ID: CP-rank\n"
          "causal-work imbalance; bubble: 1F1B idle fraction; speedup over fixed+sequence; delay: token-weighted mean\n"
          "wait (steps); tok/st: tokens per step; mem_GiB: predicted peak per rank with the deck's recompute/zero/sp\n"

@@ -88,6 +88,7 @@ struct MemoryRow {
   std::vector<double> stage_bytes;  ///< predicted peak per pipeline rank (TP rank 0)
   double peak_bytes = 0;        ///< max over stages
   bool fits = true;             ///< peak_bytes <= plan.device_memory_gib
+  std::string terms;            ///< format_memory() of the largest stage
 };
 
 struct PlanReport {
