@@ -10,7 +10,9 @@ Reads the table io::TimingLog writes (lib/include/wlb4d/io/timing_log.hpp):
              loss, val_loss (-1: none), grad_norm, lr, tokens (whole step),
              local_tokens, gflops (whole job, this step), attn_imbalance,
              latency_imbalance, cp_imbalance, delay_mean, delay_max,
-             compute_cpu (process CPU seconds of forward+backward, comm excluded)
+             compute_cpu (process CPU seconds of forward+backward, comm excluded),
+             mem_predicted, mem_measured, mem_rss (bytes: memory model, Kokkos
+             high-water mark so far, peak RSS so far; format_version 3)
   /restarts  one row per start of the trainer: step, dp, pp, cp, tp, unix_time,
              cost_a, cost_b, cost_c, cost_calibrated (the balancing cost model)
 After a resume from an older checkpoint a step can appear twice; the last
@@ -22,6 +24,7 @@ Prints a summary:
   achieved GFLOP/s   Σ (gflops · step time) / Σ step time   (model FLOP, whole job)
   bubble share       Σ t_p2p_wait / Σ t_total over all ranks and steps
   compute imbalance  mean over steps of max/mean compute_cpu over ranks (measured)
+  peak memory        max over ranks of mem_predicted and mem_measured (last step)
   cost model         per start: a [s/token], b [s/token²], c [s], calibrated or deck
 and writes a PNG (default: TIMING with .png) with three panels: train and
 validation loss over tokens; the mean step-time breakdown per rank as stacked
@@ -178,6 +181,10 @@ def main(argv=None):
     print(f"bubble share (p2p_wait / total)  {100 * s['bubble']:.1f} %")
     if s["cpu_imbalance"] is not None:
         print(f"compute imbalance  {s['cpu_imbalance']:.3f} (max/mean compute CPU time over ranks)")
+    if "mem_measured" in rows.dtype.names:
+        last = rows["step"] == rows["step"].max()
+        print(f"peak memory        predicted {rows['mem_predicted'][last].max() / 2**20:.1f} MiB, measured "
+              f"{rows['mem_measured'][last].max() / 2**20:.1f} MiB (Kokkos, max over ranks)")
     if restarts is not None and restarts.size and "cost_a" in restarts.dtype.names:
         for r in restarts:
             how = "calibrated" if r["cost_calibrated"] else "from deck"
