@@ -16,6 +16,9 @@
 #   rss_mib        peak resident set (getrusage), max over ranks
 #   step_ms        median wall time of a step; cost = step_ms / the same deck's
 #                  first row of the same rank count - 1
+#   cpu_ms         median compute CPU time of a step (busiest rank, comm
+#                  excluded); cpu_cost likewise: robust where a shared machine
+#                  makes wall time noisy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -31,7 +34,7 @@ mkdir -p "$OUT/data"
 DATA=$OUT/data/sotu-train.h5
 [ -f "$DATA" ] || "$BIN/wlb4d-prep" --input inputs/corpus/sotu-embedded.jsonl.xz --output "$DATA" >/dev/null
 RESULTS=$OUT/results.csv
-echo "deck,row,ranks,predicted_mib,measured_mib,error,rss_mib,step_ms,cost" > "$RESULTS"
+echo "deck,row,ranks,predicted_mib,measured_mib,error,rss_mib,step_ms,cost,cpu_ms,cpu_cost" > "$RESULTS"
 for deck in $DECKS; do
   for row in $ROWS; do
     case $row in
@@ -62,8 +65,10 @@ name = deck.split("/")[-1][:-4]
 base = [l.split(",") for l in open(results).read().splitlines()[1:]]
 base = [b for b in base if b[0] == name and b[2] == n]
 cost = f"{med / float(base[0][7]) - 1:+.1%}" if base else "+0.0%"
+cpu = statistics.median(max(float(r["compute_cpu"]) for r in by(s)) for s in keep) * 1e3
+cpu_cost = f"{cpu / float(base[0][9]) - 1:+.1%}" if base else "+0.0%"
 p, m = mib("mem_predicted"), mib("mem_measured")
-print(f"{name},{row},{n},{p:.1f},{m:.1f},{p / m - 1:+.1%},{mib('mem_rss'):.1f},{med:.0f},{cost}")
+print(f"{name},{row},{n},{p:.1f},{m:.1f},{p / m - 1:+.1%},{mib('mem_rss'):.1f},{med:.0f},{cost},{cpu:.0f},{cpu_cost}")
 PY
   done
 done
