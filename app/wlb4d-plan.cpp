@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
                              "parallel.dp", "parallel.pp", "parallel.cp", "parallel.tp", "parallel.schedule",
                              "parallel.virtual_stages", "train.micro_batches", "train.max_seq_len", "train.seed",
                              "balance.max_tokens", "balance.max_delay", "balance.outlier_thresholds",
-                             "balance.calibrate", "balance.cost_", "plan."})
+                             "balance.calibrate", "balance.cost_", "model.vocab_size", "model.recompute",
+                             "parallel.zero", "parallel.sequence_parallel", "plan."})
                       .c_str());
       return 0;
     }

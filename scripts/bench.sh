@@ -2,7 +2,8 @@
 # End-to-end training throughput (issue [G]): runs the benchmark decks on 1 and
 # 2 ranks and prints one table (and writes a CSV) with tokens/s, achieved model
 # GFLOP/s, share of the SGEMM peak measured in the same run, time by category
-# and peak memory per rank.
+# and peak memory per rank (RSS). Predicted vs measured peak memory and the
+# step-time cost of each memory feature: scripts/bench-memory.sh.
 #
 #   scripts/bench.sh                      # quickstart + gpt2-small decks, all layouts
 #   DECKS="inputs/bench-quickstart.ini" LAYOUTS="1 dp2" scripts/bench.sh

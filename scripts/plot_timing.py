@@ -13,6 +13,8 @@ Reads the table io::TimingLog writes (lib/include/wlb4d/io/timing_log.hpp):
              compute_cpu (process CPU seconds of forward+backward, comm excluded),
              elapsed, tokens_seen, rss_mib, mfu (-1: no log.peak_tflops).
              t_total is the step alone; t_eval and t_checkpoint are outside it.
+             mem_predicted, mem_measured (bytes: memory model, Kokkos high-water
+             mark so far; format_version 3)
   /restarts  one row per start of the trainer: step, dp, pp, cp, tp, unix_time,
              cost_a, cost_b, cost_c, cost_calibrated (the balancing cost model)
   /trace     (log.trace_step) one row per pipeline action of the traced step:
@@ -28,6 +30,7 @@ Prints a summary:
   achieved GFLOP/s   Σ (gflops · step time) / Σ step time   (model FLOP, whole job)
   bubble share       Σ t_p2p_wait / Σ t_total over all ranks and steps
   compute imbalance  mean over steps of max/mean compute_cpu over ranks (measured)
+  peak memory        max over ranks of mem_predicted and mem_measured (last step)
   cost model         per start: a [s/token], b [s/token²], c [s], calibrated or deck
   pipeline timeline  (with /trace) the traced step, action count, ranks, and the
                      bubble share: idle time between a rank's first and last
@@ -307,6 +310,10 @@ def main(argv=None):
     print(f"bubble share (p2p_wait / total)  {100 * s['bubble']:.1f} %")
     if s["cpu_imbalance"] is not None:
         print(f"compute imbalance  {s['cpu_imbalance']:.3f} (max/mean compute CPU time over ranks)")
+    if "mem_measured" in rows.dtype.names:
+        last = rows["step"] == rows["step"].max()
+        print(f"peak memory        predicted {rows['mem_predicted'][last].max() / 2**20:.1f} MiB, measured "
+              f"{rows['mem_measured'][last].max() / 2**20:.1f} MiB (Kokkos, max over ranks)")
     if restarts is not None and restarts.size and "cost_a" in restarts.dtype.names:
         for r in restarts:
             how = "calibrated" if r["cost_calibrated"] else "from deck"

@@ -294,6 +294,10 @@ const std::vector<KeySpec>& key_table() {
               at_least(0.0)),
       WLB_KEY(double, plan, flops_per_s, "wlb4d-plan: sustained GEMM throughput per device (FLOP/s)",
               positive()),
+      WLB_KEY(double, plan, device_memory_gib,
+              "memory per device (GiB): wlb4d-plan marks layouts whose predicted peak per rank exceeds it; a "
+              "device (CUDA) build of wlb4d refuses to start above it",
+              positive()),
   };
   return table;
 }

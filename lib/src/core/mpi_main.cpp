@@ -3,6 +3,8 @@
 #include "wlb4d/core/error.hpp"
 
 #include <Kokkos_Core.hpp>
+
+#include "wlb4d/core/memory.hpp"
 #include <mpi.h>
 
 #include <cstdio>
@@ -46,6 +48,7 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   int kargc = static_cast<int>(args.size());
   args.push_back(nullptr);
   Kokkos::initialize(kargc, args.data());  // removes the --kokkos-* flags it knows
+  install_memory_tracker();  // the measured peak (memory.hpp) counts from here
   args.resize(static_cast<std::size_t>(kargc));
   if (our_help) args.push_back(const_cast<char*>("--help"));
   const int body_argc = static_cast<int>(args.size());

@@ -85,7 +85,8 @@ const std::vector<Field>& step_fields() {
                     WLB_FIELD(R, tokens), WLB_FIELD(R, local_tokens), WLB_FIELD(R, gflops),
                     WLB_FIELD(R, attn_imbalance), WLB_FIELD(R, latency_imbalance), WLB_FIELD(R, cp_imbalance),
                     WLB_FIELD(R, delay_mean), WLB_FIELD(R, delay_max), WLB_FIELD(R, compute_cpu),
-                    WLB_FIELD(R, elapsed), WLB_FIELD(R, tokens_seen), WLB_FIELD(R, rss_mib), WLB_FIELD(R, mfu)})
+                    WLB_FIELD(R, elapsed), WLB_FIELD(R, tokens_seen), WLB_FIELD(R, rss_mib), WLB_FIELD(R, mfu),
+                    WLB_FIELD(R, mem_predicted), WLB_FIELD(R, mem_measured)})
       f.push_back(x);
     return f;
   }();

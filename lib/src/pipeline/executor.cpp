@@ -6,6 +6,7 @@
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/data/dataset.hpp"
+#include "wlb4d/pipeline/memory_model.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -77,8 +78,11 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
   cap_ = std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens);
   const int p = grid.pp_size(), v = cfg.parallel.virtual_stages;
   const int m = cfg.train.micro_batches / grid.dp_size();
-  const auto kind = parse_schedule_kind(cfg.parallel.schedule);
-  slots_ = std::max(kind == ScheduleKind::OneFOneB ? std::min(m, p - grid.pp_rank()) : m, 1);
+  // Workspace slots: the most forwards pending on one chunk in this rank's own
+  // action list (memory_model.hpp), so the memory model and the allocation agree.
+  core::ParallelConfig par = cfg.parallel;
+  par.pp = p;
+  slots_ = micro_batches_in_flight(par, grid.pp_rank(), std::max(m, 1));
   for (int vs = 0; vs < v; ++vs) {
     const auto lr = stage_layers(cfg.model.layers, p, v, grid.pp_rank(), vs);
     model::ModelShard sh;

@@ -5,6 +5,7 @@
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/core/memory.hpp"
 
 #include <fmt/format.h>
 
@@ -24,6 +25,8 @@ std::vector<std::string> words(const std::string& s) {
   for (std::string w; is >> w;) out.push_back(w);
   return out;
 }
+
+constexpr double kMaxPlanTokens = 2e10;
 
 double ring_allgather(double alpha, double beta, int g, double bytes_per_rank) {
   return g <= 1 ? 0.0 : (g - 1) * (alpha + beta * bytes_per_rank);
@@ -108,9 +111,86 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
   return out;
 }
 
+std::int64_t plan_vocab(const core::Config& cfg) { return cfg.model.vocab_size > 0 ? cfg.model.vocab_size : 32000; }
+
+std::vector<MemoryRow> memory_table(const core::Config& cfg, std::int64_t vocab) {
+  const double budget = cfg.plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
+  auto row = [&](const core::Config& c, const std::string& name) {
+    MemoryRow r;
+    r.setting = name;
+    const auto stages = predict_memory_stages(c, vocab);
+    for (const auto& e : stages) {
+      r.stage_bytes.push_back(e.total());
+      r.peak_bytes = std::max(r.peak_bytes, e.total());
+    }
+    const auto worst = max_memory(stages);
+    r.terms = fmt::format("pp rank {}: {}", worst.pp_rank, format_memory(worst));
+    r.fits = r.peak_bytes <= budget;
+    return r;
+  };
+  auto name = [](const core::Config& c) {
+    return fmt::format("recompute={}{} zero={} sp={}", c.model.recompute,
+                       c.model.recompute_layers > 0 ? fmt::format("({} layers)", c.model.recompute_layers) : "",
+                       c.parallel.zero, c.parallel.sequence_parallel ? "on" : "off");
+  };
+  std::vector<MemoryRow> out{row(cfg, "deck: " + name(cfg))};
+  for (const char* rc : {"none", "selective", "full"})
+    for (int z : {0, 1})
+      for (int sp = 0; sp <= (cfg.parallel.tp > 1 ? 1 : 0); ++sp) {
+        core::Config c = cfg;
+        c.model.recompute = rc;
+        c.model.recompute_layers = 0;
+        c.parallel.zero = z;
+        c.parallel.sequence_parallel = sp == 1;
+        out.push_back(row(c, name(c)));
+      }
+  return out;
+}
+
+double planner_host_bytes(const core::Config& cfg, double mean_length) {
+  const auto& par = cfg.parallel;
+  const double T = double(std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens));
+  const double tokens = double(cfg.train.micro_batches) * T;                  // one step, all replicas
+  const double spans = tokens / std::max(1.0, mean_length) + 2.0 * cfg.train.micro_batches;
+  const double m = double(cfg.train.micro_batches) / std::max(1, par.dp);
+  const double actions = 6.0 * m * par.virtual_stages * par.pp * par.pp;     // every rank's list
+  // Span 24 B; CP token lists 8 B per token (shard_tokens); Action 16 B, and
+  // the schedule builder's global event list about as much again.
+  return spans * 24.0 * 2 + tokens * 8.0 + actions * 16.0 * 2;
+}
+
 PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths) {
   if (lengths.empty()) throw core::DataError("wlb4d-plan: plan.lengths holds no document lengths");
+  {
+    double sum = 0;
+    for (auto l : lengths) sum += double(l);
+    const double need = planner_host_bytes(cfg, sum / double(lengths.size()));
+    const double have = double(core::available_host_bytes());
+    if (have > 0 && need > have)
+      throw core::ConfigError(fmt::format(
+          "wlb4d-plan: simulating one step of train.micro_batches={} x {} tokens (parallel.dp={}, pp={}, "
+          "virtual_stages={}) needs about {} of host memory, but MemAvailable (/proc/meminfo) is {}: lower "
+          "train.micro_batches, train.max_seq_len/balance.max_tokens or parallel.dp",
+          cfg.train.micro_batches, std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens),
+          cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.virtual_stages, core::format_bytes(need),
+          core::format_bytes(have)));
+  }
+  {
+    // Work bound: the simulation walks every token of every simulated step
+    // (packing, CP shards); about 1e9 tokens per CPU second here.
+    const double rows = double(words(cfg.plan.packers).size() * words(cfg.plan.shardings).size() + 1);
+    const double T = double(std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens));
+    const double work = double(cfg.plan.steps) * rows * double(cfg.train.micro_batches) * T;
+    if (work > kMaxPlanTokens)
+      throw core::ConfigError(fmt::format(
+          "wlb4d-plan: plan.steps={} x {:.0f} rows x train.micro_batches={} x {:.0f} tokens = {:.3g} simulated "
+          "tokens exceeds the planner's bound of {:.3g} (minutes of work): lower plan.steps or "
+          "train.micro_batches",
+          cfg.plan.steps, rows, cfg.train.micro_batches, T, work, kMaxPlanTokens));
+  }
   PlanReport rep;
+  rep.vocab = plan_vocab(cfg);
+  rep.memory = memory_table(cfg, rep.vocab);
   rep.cost = plan_cost_model(cfg);
   const auto packers = words(cfg.plan.packers);
   const auto shardings = words(cfg.plan.shardings);
@@ -162,6 +242,7 @@ PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t
     row.bubble_fraction = bubble / n;
     row.plan_ms = plan_s / n * 1e3;
     row.tokens_per_s = row.step_time_s > 0 ? row.metrics.tokens_per_step / row.step_time_s : 0;
+    row.mem_peak_bytes = rep.memory.front().peak_bytes;  // the trainer's workspaces do not depend on the packer
     return row;
   };
   const PlanRow baseline = run("fixed", "sequence");
@@ -191,31 +272,48 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
   for (auto x : rep.thresholds) th += fmt::format("{}{}", th.empty() ? "" : " ", x);
   out += fmt::format("wlb outlier thresholds: {} (balance.outlier_thresholds = {}), max_delay {} steps\n\n",
                      th.empty() ? "none" : th, cfg.balance.outlier_thresholds, cfg.balance.max_delay);
-  out += fmt::format("{:<7} {:<9} {:>8} {:>8} {:>7} {:>7} {:>10} {:>8} {:>7} {:>6} {:>6} {:>9}\n", "packer", "sharding",
-                     "lat_ID", "attn_ID", "cp_ID", "bubble", "step_s", "speedup", "delay", "maxdel", "tok/st",
-                     "plan_ms");
+  const double gib = 1024.0 * 1024.0 * 1024.0, budget = cfg.plan.device_memory_gib;
+  out += fmt::format("{:<7} {:<9} {:>8} {:>8} {:>7} {:>7} {:>10} {:>8} {:>7} {:>6} {:>6} {:>9} {:>9}\n", "packer",
+                     "sharding", "lat_ID", "attn_ID", "cp_ID", "bubble", "step_s", "speedup", "delay", "maxdel", "tok/st",
+                     "plan_ms", "mem_GiB");
   for (const auto& r : rep.rows) {
-    out += fmt::format("{:<7} {:<9} {:>8.3f} {:>8.3f} {:>7.3f} {:>7.3f} {:>10.4f} {:>7.3f}x {:>7.3f} {:>6} {:>5.0f}K {:>9.3f}\n",
+    const double g = r.mem_peak_bytes / gib;
+    out += fmt::format("{:<7} {:<9} {:>8.3f} {:>8.3f} {:>7.3f} {:>7.3f} {:>10.4f} {:>7.3f}x {:>7.3f} {:>6} {:>5.0f}K {:>9.3f} "
+                       "{:>9.2f}{}\n",
                        r.packer, r.sharding, r.metrics.latency_imbalance, r.metrics.attention_imbalance,
                        r.metrics.cp_imbalance, r.bubble_fraction, r.step_time_s, r.speedup, r.metrics.mean_delay_steps,
-                       r.metrics.max_delay_steps, r.metrics.tokens_per_step / 1024.0, r.plan_ms);
+                       r.metrics.max_delay_steps, r.metrics.tokens_per_step / 1024.0, r.plan_ms, g,
+                       g > budget ? " > device" : "");
   }
+  out += fmt::format("\nmemory per rank (predicted peak, fp32, vocabulary {}{}; plan.device_memory_gib = {}):\n",
+                     rep.vocab, cfg.model.vocab_size > 0 ? "" : " assumed: model.vocab_size = 0", budget);
+  std::string hdr;
+  for (int r = 0; r < cfg.parallel.pp; ++r) hdr += fmt::format(" {:>8}", fmt::format("pp{}", r));
+  out += fmt::format("{:<48}{} {:>9}  {}\n", "setting", hdr, "max_GiB", "fits");
+  for (const auto& m : rep.memory) {
+    std::string st;
+    for (double b : m.stage_bytes) st += fmt::format(" {:>8.2f}", b / gib);
+    out += fmt::format("{:<48}{} {:>9.2f}  {}\n", m.setting, st, m.peak_bytes / gib,
+                       m.fits ? "yes" : fmt::format("NO (> {} GiB)", budget));
+  }
+  out += fmt::format("deck setting, largest stage: {}\n", rep.memory.front().terms);
   out += "\nlat_ID: max x n / total per-micro-batch latency (paper Table 2); attn_ID: max/mean sum d^2; cp_ID: CP-rank\n"
          "causal-work imbalance; bubble: 1F1B idle fraction; speedup over fixed+sequence; delay: token-weighted mean\n"
-         "wait (steps); tok/st: tokens per step.\n";
+         "wait (steps); tok/st: tokens per step; mem_GiB: predicted peak per rank with the deck's recompute/zero/sp\n"
+         "(max over ranks; '> device': above plan.device_memory_gib).\n";
   return out;
 }
 
 std::string format_csv(const PlanReport& rep) {
   std::string out =
       "packer,sharding,latency_imbalance,attention_imbalance,step_time_s,speedup,mean_delay_steps,max_delay_steps,"
-      "cp_imbalance,replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms\n";
+      "cp_imbalance,replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms,mem_peak_bytes\n";
   for (const auto& r : rep.rows) {
-    out += fmt::format("{},{},{:.6f},{:.6f},{:.6g},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.1f},{:.6g},{:.6f}\n", r.packer,
+    out += fmt::format("{},{},{:.6f},{:.6f},{:.6g},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.1f},{:.6g},{:.6f},{:.0f}\n", r.packer,
                        r.sharding, r.metrics.latency_imbalance, r.metrics.attention_imbalance, r.step_time_s, r.speedup,
                        r.metrics.mean_delay_steps, r.metrics.max_delay_steps, r.metrics.cp_imbalance,
                        r.metrics.replica_imbalance, r.bubble_fraction, r.metrics.tokens_per_step, r.tokens_per_s,
-                       r.plan_ms);
+                       r.plan_ms, r.mem_peak_bytes);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
+#include "wlb4d/core/memory.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/data/dataset.hpp"
@@ -15,6 +16,7 @@
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/optim/optimizer.hpp"
 #include "wlb4d/pipeline/executor.hpp"
+#include "wlb4d/pipeline/memory_model.hpp"
 #include "wlb4d/train/calibrate.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -22,11 +24,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <sys/resource.h>
 #include <cmath>
 #include <ctime>
+#include <functional>
 #include <limits>
 #include <optional>
+#include <unistd.h>
 
 namespace wlb::train {
 
@@ -77,12 +80,8 @@ struct Throughput {
   }
 };
 
-/// Peak resident host memory of this process (MiB; getrusage, KiB on Linux).
-double peak_rss_mib() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;
-}
+/// Peak resident host memory of this process (MiB; core::peak_rss_bytes).
+double peak_rss_mib() { return double(core::peak_rss_bytes()) / (1024.0 * 1024.0); }
 
 /// "1:02:03" (hours unbounded).
 std::string hms(double seconds) {
@@ -172,6 +171,7 @@ struct Trainer::Impl {
   double run_start = 0;      // now() when this start's training began (step line's elapsed, ETA)
   std::vector<io::TraceRecord> trace_rows;  // this rank's actions of the traced step (log.trace_step)
   double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
+  pipeline::MemoryEstimate mem;  // this rank's predicted peak (memory model)
 
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
@@ -188,6 +188,8 @@ struct Trainer::Impl {
                        ds->path());
     vocab = model_vocab();
     cfg.model.data_vocab = train_ds.vocab_size();  // padded rows (vocab > it) are masked out of the loss
+    core::install_memory_tracker();  // before any model allocation
+    check_memory_fits();             // before anything large is allocated or planned
     check_has_targets();
     cost = make_cost_model();
     packer = balance::make_packer(c, cost, wlb_length_sample());
@@ -211,6 +213,52 @@ struct Trainer::Impl {
       io::check_checkpoint_dir(ck.dir, g.world(), io::checkpoint_bytes_estimate(ckpt->tensors()));
     }
     last_ckpt_time = now();
+  }
+
+  /// Upper bound ([N], DESIGN §10): the memory model's prediction for this
+  /// rank against what it can get, before any large allocation. Host memory
+  /// (MemSpace host-accessible): the ranks sharing a host together against
+  /// its MemAvailable. Device memory: this rank against plan.device_memory_gib.
+  /// Rank 0 prints the prediction per pipeline stage. Collective over the world.
+  /// \throws core::ConfigError on every rank, with both numbers.
+  void check_memory_fits() {
+    pipeline::MemoryOptions opt;
+    opt.dpcp_rank = grid.dpcp().rank();
+    mem = pipeline::predict_memory(cfg, vocab, grid.pp_rank(), grid.tp_rank(), opt);
+    const double mine = mem.total();
+    if (grid.rank() == 0) {
+      const auto stages = pipeline::predict_memory_stages(cfg, vocab, opt);
+      for (const auto& e : stages)
+        spdlog::info("memory model: pp rank {} (tp rank 0): {}", e.pp_rank, pipeline::format_memory(e));
+      spdlog::info("memory model: predicted peak per rank, max over ranks {} (pp rank {})",
+                   core::format_bytes(pipeline::max_memory(stages).total()), pipeline::max_memory(stages).pp_rank);
+    }
+    constexpr bool host = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    double need = mine, have = 0;
+    std::string where;
+    if (host) {
+      char name[256] = {};
+      gethostname(name, sizeof(name) - 1);
+      const int color = int(std::hash<std::string>{}(name) & 0x3fffffff);
+      const auto node = grid.world().split(color, grid.rank());
+      need = node->allreduce_value(mine);
+      const double avail = double(core::available_host_bytes());
+      have = node->allreduce_value(avail, comm::ReduceOp::Min);
+      where = fmt::format("MemAvailable of host {} (/proc/meminfo), shared by its {} ranks", name, node->size());
+      if (avail < 0) return;  // unknown: no bound
+    } else {
+      have = cfg.plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
+      where = fmt::format("plan.device_memory_gib={} of device memory per rank", cfg.plan.device_memory_gib);
+    }
+    const int over = grid.world().allreduce_value(need > have ? 1 : 0, comm::ReduceOp::Max);
+    if (over == 0) return;
+    const double worst = grid.world().allreduce_value(mine, comm::ReduceOp::Max);
+    throw core::ConfigError(fmt::format(
+        "the memory model predicts {} on this rank (pp rank {}, tp rank {}; {} needed{}; max over ranks {}), but "
+        "only {} is available ({}): reduce train.micro_batches, train.max_seq_len/balance.max_tokens or "
+        "model size, or use more ranks, model.recompute, parallel.zero=1",
+        core::format_bytes(mine), grid.pp_rank(), grid.tp_rank(), core::format_bytes(need),
+        host ? " by the ranks of this host" : "", core::format_bytes(worst), core::format_bytes(have), where));
   }
 
   /// The model's vocabulary: the training set's, or model.vocab_size (padded).
@@ -404,8 +452,32 @@ struct Trainer::Impl {
     return (ck.every > 0 && step % ck.every == 0) || urgent > 0 || (ck.at_end && step == cfg.train.steps);
   }
 
+  /// This rank's memory figures into a timing record (bytes).
+  void fill_memory(io::TimingRecord& rec) const {
+    rec.mem_predicted = std::int64_t(mem.total());
+    rec.mem_measured = core::kokkos_peak_bytes(MemSpace::name());  // the space the model predicts
+  }
+
+  /// Rank 0: predicted vs measured peak (Kokkos high-water mark) per rank.
+  /// Collective over the world.
+  void print_memory_report() const {
+    const int n = grid.world_size();
+    std::vector<double> mine = {mem.total(), double(core::kokkos_peak_bytes(MemSpace::name())), double(core::peak_rss_bytes()),
+                                double(grid.pp_rank()), double(grid.tp_rank())};
+    std::vector<double> all(mine.size() * std::size_t(n));
+    grid.world().allgather(mine.data(), all.data(), mine.size());
+    if (grid.rank() != 0) return;
+    for (int r = 0; r < n; ++r) {
+      const double* x = &all[std::size_t(r) * mine.size()];
+      spdlog::info("memory rank {} (pp {}, tp {}): predicted {} | measured Kokkos peak {} ({:+.1f}%) | peak RSS {}",
+                   r, int(x[3]), int(x[4]), core::format_bytes(x[0]), core::format_bytes(x[1]),
+                   x[0] > 0 ? (x[1] / x[0] - 1) * 100 : 0.0, core::format_bytes(x[2]));
+    }
+  }
+
   /// Run summary: peak resident memory per rank (getrusage, KiB on Linux).
   void print_summary(const StepResult& last, bool stopped) const {
+    print_memory_report();
     const double rss_mib = peak_rss_mib();
     const double rss_max = grid.world().allreduce_value(rss_mib, comm::ReduceOp::Max);
     const double rss_min = grid.world().allreduce_value(rss_mib, comm::ReduceOp::Min);
@@ -564,6 +636,7 @@ StepResult Trainer::step() {
   }
   res.seconds = I.grid.world().allreduce_value(rec.time[io::kTotal], comm::ReduceOp::Max);
   I.fill_record(rec, res, metrics);
+  I.fill_memory(rec);
   res.record = rec;
   return res;
 }

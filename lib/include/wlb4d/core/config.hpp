@@ -150,6 +150,7 @@ struct PlanConfig {
   double alpha_s = 5e-6;         ///< α–β comm model: latency per message (seconds)
   double beta_s_per_byte = 2e-11;  ///< α–β comm model: seconds per byte (1/bandwidth)
   double flops_per_s = 4e14;     ///< sustained GEMM FLOP/s per GPU for the linear-layer term
+  double device_memory_gib = 80;  ///< memory per device (GiB, 2^30 bytes): the memory model's budget
 };
 
 /// The resolved deck.

@@ -20,7 +20,8 @@
 /// TimingRecord::compute_cpu (process CPU seconds).
 /// Version 2 added compute_cpu and the cost-model columns of /restarts;
 /// version 3 the step-line columns (elapsed, tokens_seen, rss_mib, mfu), t_total
-/// without evaluation and checkpoint, /trace and the identity attributes. A file
+/// without evaluation and checkpoint, /trace, the identity attributes and the
+/// memory columns (mem_predicted, mem_measured). A file
 /// of another version is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
@@ -80,6 +81,12 @@ struct TimingRecord {
   /// Model FLOP utilisation of the step: gflops·1e9 / world size / (log.peak_tflops·1e12)
   /// (PaLM's MFU, Chowdhery et al. 2022 App. B; the FLOP of model::model_flops); -1: no peak given.
   double mfu = -1;
+  /// Memory of this rank (bytes): the memory model's predicted peak
+  /// (pipeline::predict_memory) and the measured high-water mark of Kokkos
+  /// allocations in the model's memory space so far (core::kokkos_peak_bytes);
+  /// the resident set is rss_mib.
+  std::int64_t mem_predicted = 0;
+  std::int64_t mem_measured = 0;
 };
 
 /// One row of /trace: one action of one rank's pipeline action list in the

@@ -21,9 +21,11 @@
 /// gradients between its chunks directly.
 ///
 /// Workspace slots: each chunk keeps the activations of `slots` micro-batches
-/// in flight. 1F1B has at most p − r in flight on pipeline rank r, and they
-/// are consecutive, so slot = mb mod (p − r) never collides; the other
-/// schedules keep up to all m forwards pending (slots = m).
+/// in flight, slots = micro_batches_in_flight() (memory_model.hpp): the most
+/// forwards pending on one chunk in this rank's action list (1F1B p − r on
+/// pipeline rank r, GPipe and BFS m, interleaved as its list says). Each
+/// chunk's pending micro-batches are consecutive, so slot = mb mod slots never
+/// collides.
 
 #include "wlb4d/balance/plan.hpp"
 #include "wlb4d/core/config.hpp"

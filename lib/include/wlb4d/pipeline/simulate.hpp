@@ -37,6 +37,7 @@
 #include "wlb4d/balance/metrics.hpp"
 #include "wlb4d/balance/plan.hpp"
 #include "wlb4d/core/config.hpp"
+#include "wlb4d/pipeline/memory_model.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
 
 #include <cstdint>
@@ -78,18 +79,48 @@ struct PlanRow {
   double tokens_per_s = 0;      ///< trained tokens per simulated second
   double bubble_fraction = 0;   ///< mean over steps
   double plan_ms = 0;           ///< mean wall time of plan_step (milliseconds)
+  double mem_peak_bytes = 0;    ///< predicted peak per rank, max over ranks (memory_model.hpp)
+};
+
+/// One feature setting of the memory table (recompute × ZeRO × SP).
+struct MemoryRow {
+  std::string setting;          ///< e.g. "recompute=full zero=1 sp=on"
+  std::vector<double> stage_bytes;  ///< predicted peak per pipeline rank (TP rank 0)
+  double peak_bytes = 0;        ///< max over stages
+  bool fits = true;             ///< peak_bytes <= plan.device_memory_gib
+  std::string terms;            ///< format_memory() of the largest stage
 };
 
 struct PlanReport {
   CostModel cost;
   std::vector<std::int64_t> thresholds;  ///< wlb outlier thresholds used (tokens)
   std::vector<PlanRow> rows;
+  std::int64_t vocab = 0;               ///< vocabulary the memory model used
+  std::vector<MemoryRow> memory;        ///< the deck's setting first, then the feature settings
 };
+
+/// The vocabulary wlb4d-plan assumes: model.vocab_size, or 32000 (Llama 2's)
+/// when it is 0 (the planner reads no dataset).
+std::int64_t plan_vocab(const core::Config& cfg);
+
+/// Memory table of the deck's layout: the deck's own feature setting, then
+/// recompute none/selective/full × parallel.zero 0/1 × sequence parallelism
+/// off/on (on only when tp > 1), each with the predicted peak per pipeline
+/// rank and whether it fits plan.device_memory_gib.
+std::vector<MemoryRow> memory_table(const core::Config& cfg, std::int64_t vocab);
+
+/// Upper bound of the planner's own work ([N]): host bytes the simulation
+/// of one step holds (the step plan's spans and CP token lists, the action
+/// lists of every pipeline rank) for documents of mean length mean_length.
+double planner_host_bytes(const core::Config& cfg, double mean_length);
 
 /// Runs plan.packers × plan.shardings (plus fixed+sequence as the speedup
 /// baseline) for plan.steps steps, documents drawn i.i.d. from `lengths`
 /// with train.seed. "auto" thresholds are tuned once on 20,000 lengths.
-/// \throws core::ConfigError for unknown packer/sharding names or layouts;
+/// \throws core::ConfigError for unknown packer/sharding names or layouts,
+///         and, before any work, when planner_host_bytes() exceeds the host's
+///         MemAvailable (both numbers in the message) or plan.steps × rows ×
+///         micro_batches × tokens exceeds 2e10 simulated tokens;
 ///         core::DataError for an empty length list.
 PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths);
 
@@ -97,7 +128,7 @@ PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t
 std::string format_table(const PlanReport& report, const core::Config& cfg);
 /// CSV with header packer,sharding,latency_imbalance,attention_imbalance,
 /// step_time_s,speedup,mean_delay_steps,max_delay_steps,cp_imbalance,
-/// replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms.
+/// replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms,mem_peak_bytes (predicted peak per rank, bytes).
 std::string format_csv(const PlanReport& report);
 
 }  // namespace wlb::pipeline

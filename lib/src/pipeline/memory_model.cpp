@@ -1,0 +1,192 @@
+// The memory model: predicted peak bytes per rank by named term. See
+// memory_model.hpp for the formulas; the widths below mirror the
+// allocations of model/transformer.cpp, model/cp_exchange.cpp and
+// pipeline/executor.cpp (change them together).
+#include "wlb4d/pipeline/memory_model.hpp"
+
+#include "wlb4d/core/error.hpp"
+#include "wlb4d/core/memory.hpp"
+#include "wlb4d/core/types.hpp"
+#include "wlb4d/model/attention.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace wlb::pipeline {
+
+double MemoryEstimate::total() const {
+  double t = 0;
+  for (const auto& x : terms) t += x.bytes;
+  return t;
+}
+
+double MemoryEstimate::term(const std::string& name) const {
+  for (const auto& x : terms)
+    if (x.name == name) return x.bytes;
+  return 0;
+}
+
+int micro_batches_in_flight(const core::ParallelConfig& par, int pp_rank, int m) {
+  const auto kind = parse_schedule_kind(par.schedule);
+  if (m < 1) return 1;
+  if (double(m) * par.pp * par.virtual_stages > double(1 << 22))
+    return kind == ScheduleKind::OneFOneB ? std::min(m, par.pp - pp_rank) : m;
+  const auto actions = training_action_list(par, pp_rank, m, /*backward=*/true);
+  const int v = par.virtual_stages;
+  std::vector<int> next_f(std::size_t(v), -1), next_b(std::size_t(v), -1), pending(std::size_t(v), 0);
+  int most = 1;
+  bool consecutive = true;
+  for (const auto& a : actions) {
+    const std::size_t c = std::size_t(a.virtual_stage);
+    if (a.type == ActionType::Forward) {
+      consecutive = consecutive && a.micro_batch == next_f[c] + 1;
+      next_f[c] = a.micro_batch;
+      most = std::max(most, ++pending[c]);
+    } else if (a.type == ActionType::Backward) {
+      consecutive = consecutive && a.micro_batch == next_b[c] + 1;
+      next_b[c] = a.micro_batch;
+      --pending[c];
+    }
+  }
+  return consecutive ? most : m;
+}
+
+namespace {
+
+// Field order of transformer.cpp (Field enum) and what each mode keeps.
+enum Field { kXin, kRstd1, kXn1, kQ, kK, kV, kO, kLse, kH1, kRstd2, kXn2, kG, kU, kA, kNumFields };
+const char* const kFieldName[kNumFields] = {"x_in", "rstd1", "xn1", "q", "k", "v", "o",
+                                             "lse", "h1", "rstd2", "xn2", "gate", "up", "act"};
+bool residual_region(int f) { return f == kXin || f == kRstd1 || f == kXn1 || f == kH1 || f == kRstd2 || f == kXn2; }
+
+bool keeps(const std::string& mode, int f) {
+  if (mode == "none") return true;
+  if (mode == "full") return f == kXin;
+  if (mode == "selective") return f != kRstd1 && f != kXn1 && f != kRstd2 && f != kXn2 && f != kA;
+  throw core::ConfigError("model.recompute='" + mode + "' must be none, selective or full");
+}
+
+double split_count(double n, int parts, int rank) {  // split_range's count, in doubles
+  const double base = std::floor(n / parts), rem = n - base * parts;
+  return base + (rank < rem ? 1 : 0);
+}
+
+}  // namespace
+
+MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int pp_rank, int tp_rank,
+                              const MemoryOptions& opt) {
+  const auto& mc = cfg.model;
+  const auto& par = cfg.parallel;
+  const int p = par.pp, v = par.virtual_stages, tp = par.tp, cp = par.cp;
+  const double b = opt.bytes_per_element;
+  const double d = mc.d_model, D = mc.head_dim();
+  const double qd = double(mc.heads / tp) * D, kd = double(mc.kv_heads / tp) * D, hq = double(mc.heads / tp);
+  const double F = split_count(mc.ffn_hidden, tp, tp_rank), V = split_count(double(vocab), tp, tp_rank);
+  const double C = double(std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens));
+  const double C_cp = cp > 1 ? 2.0 * std::ceil(C / (2.0 * cp)) : C;
+  const bool sp = par.sequence_parallel && tp > 1;
+  const double C_sp = sp ? std::ceil(C / tp) : C;
+  const int m = std::max(1, cfg.train.micro_batches / std::max(1, par.dp));
+  const int G = par.dp * cp;
+  if (mc.recompute_layers < 0)
+    throw core::ConfigError(fmt::format("model.recompute_layers={} must be >= 0", mc.recompute_layers));
+
+  MemoryEstimate e;
+  e.pp_rank = pp_rank;
+  e.tp_rank = tp_rank;
+  e.slots = micro_batches_in_flight(par, pp_rank, m);
+  e.capacity_tokens = C;
+  const double s = e.slots;
+
+  const double width[kNumFields] = {d, 1, d, qd, kd, kd, qd, hq, d, 1, d, F, F, F};
+  auto field_bytes = [&](int f) { return width[f] * (sp && residual_region(f) ? C_sp : C) * b; };
+  double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0;
+  std::string kept;
+  for (int vs = 0; vs < v; ++vs) {
+    const auto lr = stage_layers(mc.layers, p, v, pp_rank, vs);
+    const int c = global_chunk(pp_rank, vs, p);
+    const bool embedding = c == 0, head = c == p * v - 1;
+    const double nl = lr.size();
+    const double layer_params = 2 * d + 2 * qd * d + 2 * kd * d + 3 * F * d;
+    const double P = nl * layer_params + (embedding ? V * d : 0) + (head ? d + V * d : 0);
+    params += P;
+    moments += 2 * (par.zero == 1 ? std::ceil(P / G) : P);
+    // Layers that recompute: the first recompute_layers local ones (0: all).
+    const bool any = mc.recompute != "none";
+    const double n_rc = !any ? 0 : (mc.recompute_layers > 0 ? std::min<double>(mc.recompute_layers, nl) : nl);
+    double stored = 0, rec_c = 0;
+    for (int f = 0; f < kNumFields; ++f) {
+      const bool k = keeps(mc.recompute, f);
+      stored += ((nl - n_rc) + (k ? n_rc : 0)) * field_bytes(f);
+      if (!k && n_rc > 0) rec_c += width[f] * C * b;  // rec_ is sized C (transformer.cpp)
+    }
+    // Stage top: x_out (every chunk); last chunk: rstd_f, xn_f, logits, ce_lse.
+    const double top = d * C_sp * b + (head ? (1 + d) * C_sp * b + (V + 1) * C * b : 0);
+    acts += s * (stored + top);
+    rec += rec_c;
+    grad_ws += (2 * d + 2 * qd + 2 * kd + 3 * F + 3) * C * b;
+    // Per-micro-batch p2p buffers (executor.cpp: grow-only, one per mb).
+    const double C_p2p = sp ? std::ceil(C_cp / tp) : C_cp;
+    const int nbuf = (p > 1 ? (c > 0) + (c < p * v - 1) : 0) + (c > 0);
+    p2p_bufs += double(nbuf) * m * C_p2p * d * b;
+  }
+  for (int f = 0; f < kNumFields; ++f)
+    if (keeps(mc.recompute, f)) kept += std::string(kept.empty() ? "" : " ") + kFieldName[f];
+
+  e.terms.push_back({"parameters", params * b, "model::param_values"});
+  e.terms.push_back({"gradients", params * b, "model::param_grads"});
+  e.terms.push_back({"optimizer_state", moments * 4.0,
+                     par.zero == 1 ? fmt::format("AdamW m, v (fp32) / G={}", G) : "AdamW m, v (fp32)"});
+  e.terms.push_back({"activations", acts,
+                     fmt::format("model::activations: {} slots x ({} per layer{}, x_out, last stage: logits)", e.slots,
+                                 kept, mc.recompute_layers > 0 ? " in recomputed layers" : "")});
+  e.terms.push_back({"recompute_workspace", rec, "model::recompute (one layer's dropped fields)"});
+  e.terms.push_back({"grad_workspace", grad_ws, "model::grad_scratch (dres dxn dq dk dv do da dg du ce)"});
+  if (sp) e.terms.push_back({"sp_gather", 2 * C * d * b * v, "SP all-gathered norm output and its gradient"});
+  if (cp > 1) e.terms.push_back({"cp_kv_buffers", 5 * C * kd * b, "cp_kv: gathered K, V, dK, dV, temp"});
+  {
+    // Team scratch of the attention kernels: a host backend keeps one
+    // allocation of the largest kernel's per thread (Kokkos::Serial::
+    // scratch_mem); on a GPU level-0 scratch is on-chip, not a Kokkos allocation.
+    constexpr bool host = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    const auto t = model::attention_tiles<float>(int(D));
+    const double bytes =
+        host ? double(ExecSpace().concurrency()) * double(std::max({t.forward_bytes, t.dkdv_bytes, t.dq_bytes})) : 0.0;
+    e.terms.push_back({"attention_scratch", bytes, "Kokkos team scratch of the attention kernels (host backends)"});
+  }
+  e.terms.push_back({"p2p_buffers", p2p_bufs, "pp_recv, pp_send_grad (one per micro-batch)"});
+  e.terms.push_back({"batch_inputs", m * 5.0 * C_cp * 4.0 + (cp > 1 ? m * C * 4.0 : 0.0),
+                     "token_ids labels positions kv_lo kv_hi (int32), cp_perm"});
+  return e;
+}
+
+std::vector<MemoryEstimate> predict_memory_stages(const core::Config& cfg, std::int64_t vocab,
+                                                  const MemoryOptions& opt) {
+  std::vector<MemoryEstimate> out;
+  for (int r = 0; r < cfg.parallel.pp; ++r) out.push_back(predict_memory(cfg, vocab, r, 0, opt));
+  return out;
+}
+
+MemoryEstimate max_memory(const std::vector<MemoryEstimate>& stages) {
+  MemoryEstimate best;
+  for (const auto& e : stages)
+    if (best.terms.empty() || e.total() > best.total()) best = e;
+  return best;
+}
+
+std::string format_memory(const MemoryEstimate& e) {
+  std::string out = "total " + core::format_bytes(e.total()) + " =";
+  bool first = true;
+  for (const auto& t : e.terms) {
+    if (t.bytes <= 0) continue;
+    out += fmt::format("{} {} {}", first ? "" : " +", t.name, core::format_bytes(t.bytes));
+    first = false;
+  }
+  out += fmt::format(" ({} in flight, capacity {:.0f} tokens)", e.slots, e.capacity_tokens);
+  return out;
+}
+
+}  // namespace wlb::pipeline
