@@ -56,8 +56,12 @@ TEST(MemoryModel, InFlightMatchesTheActionList) {
       const int got = pipeline::micro_batches_in_flight(par, r, k.m);
       EXPECT_EQ(got, naive_in_flight(pipeline::training_action_list(par, r, k.m, true)))
           << k.schedule << " p=" << k.pp << " v=" << k.v << " m=" << k.m << " r=" << r;
-      if (std::string(k.schedule) == "gpipe" || std::string(k.schedule) == "bfs") EXPECT_EQ(got, k.m);
-      if (std::string(k.schedule) == "1f1b") EXPECT_EQ(got, std::min(k.m, k.pp - r));
+      if (std::string(k.schedule) == "gpipe" || std::string(k.schedule) == "bfs") {
+        EXPECT_EQ(got, k.m);
+      }
+      if (std::string(k.schedule) == "1f1b") {
+        EXPECT_EQ(got, std::min(k.m, k.pp - r));
+      }
     }
   }
 }
