@@ -39,9 +39,13 @@ CASES = [
     ("r2-tp2-selective",        2, ["--parallel.tp=2", "--model.recompute=selective"]),
     ("r4-dp2-tp2-gpipe",        4, ["--parallel.dp=2", "--parallel.tp=2", "--parallel.schedule=gpipe"]),
     ("r8-pp2-cp2-tp2-full",     8, ["--parallel.pp=2", "--parallel.cp=2", "--parallel.tp=2", "--model.recompute=full"]),
-    # After the ZeRO-1 / SP branches merge (measured then):
-    # ("r2-dp2-zero1",          2, ["--parallel.dp=2", "--parallel.zero=1"]),
-    # ("r2-tp2-sp",             2, ["--parallel.tp=2", "--parallel.sequence_parallel=true"]),
+    ("r2-dp2-gpipe",            2, ["--parallel.dp=2", "--parallel.schedule=gpipe"]),
+    ("r2-dp2-gpipe-zero1",      2, ["--parallel.dp=2", "--parallel.schedule=gpipe", "--parallel.zero=1"]),
+    ("r4-dp2-cp2-zero1",        4, ["--parallel.dp=2", "--parallel.cp=2", "--parallel.zero=1"]),
+    ("r2-tp2-gpipe",            2, ["--parallel.tp=2", "--parallel.schedule=gpipe"]),
+    ("r2-tp2-gpipe-sp",         2, ["--parallel.tp=2", "--parallel.schedule=gpipe", "--parallel.sequence_parallel=true"]),
+    ("r4-cp2-tp2-sp-full",      4, ["--parallel.cp=2", "--parallel.tp=2", "--parallel.sequence_parallel=true",
+                                    "--model.recompute=full", "--train.max_seq_len=255"]),
 ]
 
 # (baseline case, feature case): measured saving >= --saving x predicted saving.
@@ -49,6 +53,8 @@ SAVINGS = [
     ("r1-gpipe-none", "r1-gpipe-selective"),
     ("r1-gpipe-none", "r1-gpipe-full"),
     ("r1-gpipe-none", "r1-gpipe-full-1layer"),
+    ("r2-dp2-gpipe", "r2-dp2-gpipe-zero1"),
+    ("r2-tp2-gpipe", "r2-tp2-gpipe-sp"),
 ]
 
 
