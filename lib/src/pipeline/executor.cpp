@@ -78,7 +78,17 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
   const int p = grid.pp_size(), v = cfg.parallel.virtual_stages;
   const int m = cfg.train.micro_batches / grid.dp_size();
   const auto kind = parse_schedule_kind(cfg.parallel.schedule);
-  slots_ = std::max(kind == ScheduleKind::OneFOneB ? std::min(m, p - grid.pp_rank()) : m, 1);
+  // Slots from the action list: 1F1B and ZB-H1 hold a contiguous, in-order
+  // window of micro-batches (F's and W's both in micro-batch order), so
+  // mb mod (its peak) never collides; the others keep m.
+  const InFlight peak = [&] {
+    core::ParallelConfig par = cfg.parallel;
+    par.pp = p;
+    return peak_in_flight(training_action_list(par, grid.pp_rank(), std::max(m, 1), /*backward=*/true), v);
+  }();
+  const bool window = kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZeroBubbleH1;
+  slots_ = std::max(window ? peak.activations : m, 1);
+  wslots_ = std::max(peak.weight_pending, 1);
   for (int vs = 0; vs < v; ++vs) {
     const auto lr = stage_layers(cfg.model.layers, p, v, grid.pp_rank(), vs);
     model::ModelShard sh;
@@ -89,7 +99,7 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
     sh.tp_rank = grid.tp_rank();
     sh.tp_size = grid.tp_size();
     chunks_.push_back(std::make_unique<model::Transformer<float>>(cfg.model, vocab, sh, grid.tp(), slots_, cap_,
-                                                                  cfg.parallel.sequence_parallel));
+                                                                  cfg.parallel.sequence_parallel, wslots_));
     chunks_.back()->params().init_parameters(cfg.train.seed);
   }
   if (grid.cp_size() > 1) {
@@ -178,12 +188,20 @@ void Executor::backward(const Action& a, double grad_scale, RunStats& st) {
   const std::int64_t T = hidden_rows(mb), d = cfg_.model.d_model;
   timed_compute(st.backward_s, st.compute_cpu_s, [&] {
     bind_cp(a.micro_batch);
-    auto gin = chunk.backward(a.micro_batch % slots_, L.inputs[mb], L.recv_grad[vs][mb], grad_scale);
+    auto gin = chunk.backward_input(a.micro_batch % slots_, a.micro_batch % wslots_, L.inputs[mb],
+                                    L.recv_grad[vs][mb], grad_scale);
     if (chunk.stage().embedding) return;
     auto& buf = L.send_grad[vs][mb] = grow(L.send_grad[vs][mb], T, d, "pp_send_grad");
     Kokkos::deep_copy(first_rows(buf, T), first_rows(gin, T));
     if (grid_.pp_size() == 1) L.recv_grad[vs - 1][mb] = buf;  // local hand-off to the previous chunk
   });
+}
+
+void Executor::weight(const Action& a, RunStats& st) {
+  auto& chunk = *chunks_[std::size_t(a.virtual_stage)];
+  // W is backward compute (its TP gathers under SP are split off as TP time).
+  timed_compute(st.backward_s, st.compute_cpu_s,
+                [&] { chunk.backward_weight(a.micro_batch % slots_, a.micro_batch % wslots_); });
 }
 
 HostView1<float> Executor::staging(std::int64_t n) {
@@ -268,6 +286,7 @@ RunStats Executor::run(bool backward, double grad_scale, bool trace) {
     switch (a.type) {
       case ActionType::Forward: forward(a, backward, st); break;
       case ActionType::Backward: this->backward(a, grad_scale, st); break;
+      case ActionType::Weight: weight(a, st); break;
       case ActionType::SendAct:
       case ActionType::SendGrad: send(a, st); break;
       case ActionType::RecvAct:

@@ -21,9 +21,15 @@
 /// gradients between its chunks directly.
 ///
 /// Workspace slots: each chunk keeps the activations of `slots` micro-batches
-/// in flight. 1F1B has at most p − r in flight on pipeline rank r, and they
-/// are consecutive, so slot = mb mod (p − r) never collides; the other
-/// schedules keep up to all m forwards pending (slots = m).
+/// in flight (forward done, W not yet: W reads the saved GEMM inputs). 1F1B
+/// has at most p − r in flight on pipeline rank r, ZB-H1 min(p, m) on every
+/// rank, and they are consecutive, so slot = mb mod peak never collides
+/// (peak from pipeline::peak_in_flight of the rank's list); the other
+/// schedules keep up to all m forwards pending (slots = m). W stashes
+/// (model::Transformer weight_slots): wslot = mb mod the peak number of
+/// pending W's (1 unless the schedule delays W; ZB-H1: min(r + 1, m)).
+/// Backward actions run Transformer::backward_input, Weight actions
+/// backward_weight; both count as backward time.
 
 #include "wlb4d/balance/plan.hpp"
 #include "wlb4d/core/config.hpp"
@@ -104,6 +110,7 @@ class Executor {
   std::vector<Action> action_list(bool backward) const;
   void forward(const Action& a, bool backward, RunStats& st);
   void backward(const Action& a, double grad_scale, RunStats& st);
+  void weight(const Action& a, RunStats& st);
   void send(const Action& a, RunStats& st);
   void receive(const Action& a, RunStats& st);
   void bind_cp(int micro_batch);
@@ -116,6 +123,7 @@ class Executor {
   const grid::ProcessGrid& grid_;
   std::int64_t cap_ = 0;
   int slots_ = 1;
+  int wslots_ = 1;  // W stashes per chunk
   std::vector<std::unique_ptr<model::Transformer<float>>> chunks_;
   std::shared_ptr<model::CpKvExchange> kvx_;
   std::unique_ptr<Loaded> loaded_;
