@@ -206,7 +206,7 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
                        r.metrics.max_delay_steps, r.metrics.tokens_per_step / 1024.0, r.plan_ms);
   }
   out += "\nlat_ID: max x n / total per-micro-batch latency (paper Table 2); attn_ID: max/mean sum d^2; cp_ID: CP-rank\n"
-         "causal-work imbalance; bubble: 1F1B idle fraction; speedup over fixed+sequence; delay: token-weighted mean\n"
+         "causal-work imbalance; bubble: pipeline idle fraction (parallel.schedule); speedup over fixed+sequence; delay: token-weighted mean\n"
          "wait (steps); tok/st: tokens per step.\n";
   return out;
 }
