@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
                  grid.dpcp().device_backend());
     const auto blas = core::probe_blas();  // the GEMMs' kernel ([P]): a generic one costs 4-7x
     spdlog::info("{}", blas.summary());
-    if (const auto advice = blas.advice(); !advice.empty()) spdlog::warn("{}", advice);
+    if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();

@@ -4,16 +4,16 @@
 
 Usage: check_trace.py LOG.h5 --step N --pp P --micro-batches M
 
-For a schedule without virtual stages (gpipe, 1f1b) on P stages with M
-micro-batches per DP replica, pipeline rank s runs M forwards (F) and M
-backwards (B); it sends activations and receives gradients M times unless it
+For a schedule without virtual stages (gpipe, 1f1b, zb1) on P stages with M
+micro-batches per DP replica, pipeline rank s runs M forwards (F), M
+input-gradient backwards (B) and M weight-gradient backwards (W); it sends activations and receives gradients M times unless it
 is the last stage, and receives activations and sends gradients M times unless
 it is the first. Checked:
   - rows only of step N-1 (0-based in the log), every world rank present;
   - per rank, the count of every action kind equals that action list's;
   - per rank, actions do not overlap in time (each starts after the previous
     one ended) and start at t0 >= 0;
-  - per rank, each micro-batch's B starts after its F ended;
+  - per rank, each micro-batch's B starts after its F ended, its W after its B;
   - across stages (same clock on one node): F of micro-batch i on stage s+1
     does not start before F of i on stage s ended (5 ms skew allowed).
 Exit 0 when all hold, 1 with the failures, 77 when h5py is not installed.
@@ -55,7 +55,7 @@ def main():
     for r in ranks:
         rows = sorted((x for x in t if x["rank"] == r), key=lambda x: x["t0"])
         stage = int(rows[0]["stage"])
-        want = Counter({"F": m, "B": m})
+        want = Counter({"F": m, "B": m, "W": m})
         if stage < p - 1:
             want.update({"SendAct": m, "RecvGrad": m})
         if stage > 0:
@@ -76,6 +76,13 @@ def main():
             mb = int(x["micro_batch"])
             if mb not in fw or x["t0"] < fw[mb]["t1"]:
                 bad.append(f"rank {r}: B(mb={mb}) at {x['t0']:.6f} before its F ended")
+        bw = {int(x["micro_batch"]): x for x in rows if names[x["kind"]] == "B"}
+        for x in rows:
+            if names[x["kind"]] != "W":
+                continue
+            mb = int(x["micro_batch"])
+            if mb not in bw or x["t0"] < bw[mb]["t1"]:
+                bad.append(f"rank {r}: W(mb={mb}) at {x['t0']:.6f} before its B ended")
         for mb, x in fw.items():
             f_end[stage][mb] = max(f_end[stage].get(mb, 0.0), float(x["t1"]))
             if stage > 0 and mb in f_end.get(stage - 1, {}) and x["t0"] < f_end[stage - 1][mb] - 0.005:

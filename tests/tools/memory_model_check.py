@@ -44,8 +44,10 @@ CASES = [
     ("r4-dp2-cp2-zero1",        4, ["--parallel.dp=2", "--parallel.cp=2", "--parallel.zero=1"]),
     ("r2-tp2-gpipe",            2, ["--parallel.tp=2", "--parallel.schedule=gpipe"]),
     ("r2-tp2-gpipe-sp",         2, ["--parallel.tp=2", "--parallel.schedule=gpipe", "--parallel.sequence_parallel=true"]),
+    ("r2-pp2-zb1-none",         2, ["--parallel.pp=2", "--parallel.schedule=zb1"]),
+    ("r2-pp2-zb1-full",         2, ["--parallel.pp=2", "--parallel.schedule=zb1", "--model.recompute=full"]),
     ("r4-cp2-tp2-sp-full",      4, ["--parallel.cp=2", "--parallel.tp=2", "--parallel.sequence_parallel=true",
-                                    "--model.recompute=full", "--train.max_seq_len=255"]),
+                                    "--model.recompute=full"]),
 ]
 
 # (baseline case, feature case): measured saving >= --saving x predicted saving.

@@ -176,8 +176,10 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(int, parallel, pp, "pipeline stages (ranks)", at_least(1)),
       WLB_KEY(int, parallel, cp, "context-parallel ranks per sequence", at_least(1)),
       WLB_KEY(int, parallel, tp, "tensor-parallel ranks (split heads, FFN and vocab)", at_least(1)),
-      WLB_KEY(std::string, parallel, schedule, "pipeline schedule: gpipe|1f1b|interleaved|bfs",
-              one_of({"gpipe", "1f1b", "interleaved", "bfs"})),
+      WLB_KEY(std::string, parallel, schedule,
+              "pipeline schedule: gpipe|1f1b|interleaved|bfs|zb1 (zb1: ZB-H1 zero bubble, W delayed into the "
+              "cool-down)",
+              one_of({"gpipe", "1f1b", "interleaved", "bfs", "zb1"})),
       WLB_KEY(int, parallel, virtual_stages, "model chunks per pipeline rank (interleaved, bfs)",
               at_least(1)),
       WLB_KEY(int, parallel, zero,

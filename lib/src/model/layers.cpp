@@ -52,19 +52,21 @@ void linear_forward(const View2<Scalar>& x, const View2<Scalar>& w, const View2<
 }
 
 template <class Scalar>
-void linear_backward(const View2<Scalar>& x, const View2<Scalar>& w, const View2<Scalar>& dy,
-                     const View2<Scalar>& dx, const View2<Scalar>& dw, Scalar beta_dx) {
-  require(dy.extent(0) == x.extent(0) && dy.extent(1) == w.extent(0) && x.extent(1) == w.extent(1) &&
-              dw.extent(0) == w.extent(0) && dw.extent(1) == w.extent(1),
-          "linear_backward", "x" + dims(x.extent(0), x.extent(1)) + " W" + dims(w.extent(0), w.extent(1)) +
-                                 " dy" + dims(dy.extent(0), dy.extent(1)) + " dW" +
-                                 dims(dw.extent(0), dw.extent(1)) + " are inconsistent");
+void linear_backward_input(const View2<Scalar>& w, const View2<Scalar>& dy, const View2<Scalar>& dx,
+                           Scalar beta_dx) {
+  require(dy.extent(1) == w.extent(0) && dx.extent(0) == dy.extent(0) && dx.extent(1) == w.extent(1),
+          "linear_backward_input", "W" + dims(w.extent(0), w.extent(1)) + " dy" + dims(dy.extent(0), dy.extent(1)) +
+                                       " dx" + dims(dx.extent(0), dx.extent(1)) + " do not fit dx = dy·W");
+  if (dy.extent(0) == 0) return;
+  KokkosBlas::gemm("N", "N", Scalar(1), dy, w, beta_dx, dx);
+}
+
+template <class Scalar>
+void linear_backward_weight(const View2<Scalar>& x, const View2<Scalar>& dy, const View2<Scalar>& dw) {
+  require(dy.extent(0) == x.extent(0) && dw.extent(0) == dy.extent(1) && dw.extent(1) == x.extent(1),
+          "linear_backward_weight", "x" + dims(x.extent(0), x.extent(1)) + " dy" + dims(dy.extent(0), dy.extent(1)) +
+                                        " dW" + dims(dw.extent(0), dw.extent(1)) + " do not fit dW += dyᵀ·x");
   if (x.extent(0) == 0) return;
-  if (dx.data() != nullptr) {
-    require(dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1), "linear_backward",
-            "dx" + dims(dx.extent(0), dx.extent(1)) + " must match x" + dims(x.extent(0), x.extent(1)));
-    KokkosBlas::gemm("N", "N", Scalar(1), dy, w, beta_dx, dx);
-  }
   // dW += dyᵀ·x. For a very tall dW (the LM head, one row per vocabulary entry)
   // one call runs OpenBLAS at ~70% of its speed at the other shapes (measured
   // with bench/gemm_bench BM_sgemm_linear/1024/50304/768/{2,3}: 25-28 vs 37
@@ -81,6 +83,23 @@ void linear_backward(const View2<Scalar>& x, const View2<Scalar>& w, const View2
     KokkosBlas::gemm("T", "N", Scalar(1), Kokkos::subview(dy, Kokkos::ALL, rows), x, Scalar(1),
                      Kokkos::subview(dw, rows, Kokkos::ALL));
   }
+}
+
+template <class Scalar>
+void linear_backward(const View2<Scalar>& x, const View2<Scalar>& w, const View2<Scalar>& dy,
+                     const View2<Scalar>& dx, const View2<Scalar>& dw, Scalar beta_dx) {
+  require(dy.extent(0) == x.extent(0) && dy.extent(1) == w.extent(0) && x.extent(1) == w.extent(1) &&
+              dw.extent(0) == w.extent(0) && dw.extent(1) == w.extent(1),
+          "linear_backward", "x" + dims(x.extent(0), x.extent(1)) + " W" + dims(w.extent(0), w.extent(1)) +
+                                 " dy" + dims(dy.extent(0), dy.extent(1)) + " dW" +
+                                 dims(dw.extent(0), dw.extent(1)) + " are inconsistent");
+  if (x.extent(0) == 0) return;
+  if (dx.data() != nullptr) {
+    require(dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1), "linear_backward",
+            "dx" + dims(dx.extent(0), dx.extent(1)) + " must match x" + dims(x.extent(0), x.extent(1)));
+    linear_backward_input(w, dy, dx, beta_dx);
+  }
+  linear_backward_weight(x, dy, dw);
 }
 
 // ---- embedding ------------------------------------------------------------------------
@@ -477,6 +496,8 @@ void add_inplace(const View2<Scalar>& y, const View2<Scalar>& x, std::int64_t T)
   template void linear_forward<S>(const View2<S>&, const View2<S>&, const View2<S>&, S);                 \
   template void linear_backward<S>(const View2<S>&, const View2<S>&, const View2<S>&, const View2<S>&,   \
                                    const View2<S>&, S);                                                  \
+  template void linear_backward_input<S>(const View2<S>&, const View2<S>&, const View2<S>&, S);          \
+  template void linear_backward_weight<S>(const View2<S>&, const View2<S>&, const View2<S>&);           \
   template void embedding_forward<S>(const IntVec&, std::int64_t, std::int64_t, const View2<S>&,         \
                                      const View2<S>&);                                                   \
   template void embedding_backward<S>(const IntVec&, std::int64_t, std::int64_t, const View2<S>&,        \

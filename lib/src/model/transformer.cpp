@@ -51,10 +51,13 @@ double model_flops(const core::ModelConfig& c, std::int64_t vocab, std::int64_t 
 
 template <class Scalar>
 Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage,
-                                 comm::Communicator tp, int slots, std::int64_t max_tokens, bool sequence_parallel)
+                                 comm::Communicator tp, int slots, std::int64_t max_tokens, bool sequence_parallel,
+                                 int weight_slots)
     : cfg_(cfg), vocab_(vocab), tp_(tp), params_(cfg, vocab, stage), cap_(max_tokens),
       sp_(sequence_parallel && tp.size() > 1) {
   if (slots < 1) throw std::invalid_argument("wlb::model::Transformer: slots=" + std::to_string(slots) + " < 1");
+  if (weight_slots < 0)
+    throw std::invalid_argument("wlb::model::Transformer: weight_slots=" + std::to_string(weight_slots) + " < 0");
   if (max_tokens < 1)
     throw std::invalid_argument("wlb::model::Transformer: max_tokens=" + std::to_string(max_tokens) + " < 1");
   if (stage.tp_rank != tp.rank() || stage.tp_size != tp.size())
@@ -152,6 +155,20 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   // tokens, summed over TP in one all-reduce at the end of backward().
   if (sp_) norm_grad_ = View1<Scalar>("wlb::model::sp_norm_grad", (2 * nlayers_ + (s.head ? 1 : 0)) * d_);
   slot_tokens_.assign(slots, -1);
+  slot_b_done_.assign(std::size_t(slots), 0);
+  // W stashes (split backward): the fields W reads (GEMM inputs xn1, o, xn2,
+  // act; dY holders h1, q, k, v, gate, up) that a recomputed layer keeps only
+  // in the shared rec_ workspace, which the next layer or micro-batch
+  // overwrites before W runs. Nothing with model.recompute = none.
+  wst_off_.assign(std::size_t(nlayers_), std::vector<std::int64_t>(kNumFields, -1));
+  for (int l = 0; l < nlayers_; ++l)
+    for (Field f : {kXn1, kO, kXn2, kA, kH1, kQ, kK, kV, kG, kU})
+      if (field_off_[l][f] < 0) {
+        wst_off_[l][f] = wst_size_;
+        wst_size_ += width_[f] * rows_[f];
+      }
+  wslot_owner_.assign(std::size_t(weight_slots), -1);
+  if (wst_size_ > 0) wst_ = View1<Scalar>("wlb::model::weight_grad_stash", wst_size_ * weight_slots);
   kvx_ = std::make_shared<KvExchange<Scalar>>();
 }
 
@@ -178,6 +195,17 @@ template <class Scalar>
 Scalar* Transformer<Scalar>::field(int slot, int layer, Field f) const {
   const std::int64_t o = field_off_[std::size_t(layer)][f];
   return o >= 0 ? ws_.data() + slot * slot_size_ + o : rec_.data() + rec_off_[f];
+}
+
+template <class Scalar>
+Scalar* Transformer<Scalar>::wfield(int slot, int wslot, int layer, Field f) const {
+  const std::int64_t o = field_off_[std::size_t(layer)][f];
+  return o >= 0 ? ws_.data() + slot * slot_size_ + o : wst_.data() + wslot * wst_size_ + wst_off_[std::size_t(layer)][f];
+}
+
+template <class Scalar>
+Scalar* Transformer<Scalar>::dout_field(int slot, int layer) const {
+  return layer + 1 < nlayers_ ? field(slot, layer + 1, kXin) : top(slot, kXout);
 }
 
 template <class Scalar>
@@ -252,6 +280,9 @@ void Transformer<Scalar>::discard(int slot) {
     throw std::invalid_argument("wlb::model::Transformer::discard: slot " + std::to_string(slot) + " of " +
                                 std::to_string(slots()));
   slot_tokens_[slot] = -1;
+  slot_b_done_[std::size_t(slot)] = 0;
+  for (auto& o : wslot_owner_)
+    if (o == slot) o = -1;
 }
 
 template <class Scalar>
@@ -411,13 +442,51 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
 template <class Scalar>
 View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb, const View2<Scalar>& grad_output,
                                             double grad_scale) {
-  const ModelShard& s = params_.shard();
+  // Fused: each GEMM's W right after its B, on the live operands, so no W
+  // stash is needed (a recomputed layer's fields are overwritten by the next
+  // layer's recompute before a stage-level W could read them).
+  return backward_impl(slot, -1, mb, grad_output, grad_scale);
+}
+
+template <class Scalar>
+View2<Scalar> Transformer<Scalar>::backward_input(int slot, int wslot, const MicroBatchInput& mb,
+                                                  const View2<Scalar>& grad_output, double grad_scale) {
+  if (wslot < 0 || wslot >= weight_slots())
+    throw std::invalid_argument("wlb::model::Transformer::backward_input: W stash " + std::to_string(wslot) + " of " +
+                                std::to_string(weight_slots()));
+  return backward_impl(slot, wslot, mb, grad_output, grad_scale);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::check_slot(const char* fn, int slot) const {
   if (slot < 0 || slot >= slots())
-    throw std::invalid_argument("wlb::model::Transformer::backward: slot " + std::to_string(slot) + " of " +
-                                std::to_string(slots()));
+    throw std::invalid_argument(std::string("wlb::model::Transformer::") + fn + ": slot " + std::to_string(slot) +
+                                " of " + std::to_string(slots()));
+}
+
+namespace {
+/// Keeps `src` for W at `dst` (same extents); nothing to do when W reads it in place.
+template <class V, class S>
+void keep_for_w(S* dst, const V& src) {
+  if (dst != src.data()) Kokkos::deep_copy(V(dst, src.layout()), src);
+}
+}  // namespace
+
+template <class Scalar>
+View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const MicroBatchInput& mb,
+                                                 const View2<Scalar>& grad_output, double grad_scale) {
+  const ModelShard& s = params_.shard();
+  check_slot("backward_input", slot);
+  const bool fused = wslot < 0;  // backward(): W inline, nothing kept
   const std::int64_t T = slot_tokens_[slot];
   if (T < 0)
     throw std::logic_error("wlb::model::Transformer::backward: slot " + std::to_string(slot) + " holds no forward");
+  if (slot_b_done_[std::size_t(slot)])
+    throw std::logic_error("wlb::model::Transformer::backward_input: slot " + std::to_string(slot) +
+                           " already ran its B; its W is pending");
+  if (!fused && wslot_owner_[std::size_t(wslot)] >= 0)
+    throw std::logic_error("wlb::model::Transformer::backward_input: W stash " + std::to_string(wslot) +
+                           " still holds the pending W of slot " + std::to_string(wslot_owner_[std::size_t(wslot)]));
   if (mb.tokens != T)
     throw std::invalid_argument("wlb::model::Transformer::backward: micro-batch has " + std::to_string(mb.tokens) +
                                 " tokens, the forward in slot " + std::to_string(slot) + " had " + std::to_string(T));
@@ -448,11 +517,11 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
   if (sp_) Kokkos::deep_copy(norm_grad_, Scalar(0));
 
   if (s.head) {
-    const auto XNF = v2(top(slot, kXnF), Ts, d_);
     const auto LOG = v2(top(slot, kLogits), T, vl_);
     cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
-    const auto& H = params_[lm_head_];
-    linear_backward(sp_ ? allgather_tp(XNF, T, kGath) : XNF, H.value2(), LOG, DXN, H.grad2());
+    linear_backward_input(params_[lm_head_].value2(), LOG, DXN);  // W: dW_head from LOG (kept in the slot)
+    if (fused) linear_backward_weight(sp_ ? allgather_tp(v2(top(slot, kXnF), Ts, d_), T, kGath) : v2(top(slot, kXnF), Ts, d_), LOG,
+                                      params_[lm_head_].grad2());
     reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
     const auto& N = params_[final_norm_];
     rmsnorm_backward(XO, Ts, N.value, v1(top(slot, kRstdF), Ts), DXNL, DRES, norm_dw(N.grad), false);
@@ -475,25 +544,41 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
     recompute(slot, l, mb);
     const LayerParams& P = lp_[l];
     const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
+    auto wf = [&](Field f) { return wfield(slot, wslot, l, f); };
 
-    // MLP block: DRES holds dL/d(layer output). SP: the row-parallel GEMM's
-    // output gradient is the all-gathered DRES (conjugate of ḡ).
-    const auto& Wd = params_[P.w_down];
-    linear_backward(A2, Wd.value2(), sp_ ? allgather_tp(DRES, T, kFull) : DRES, DA2, Wd.grad2());
+    // MLP block: DRES holds dL/d(layer output), kept for W in the layer
+    // output's slot field (dead once the layer above ran its B). SP: the
+    // row-parallel GEMM's output gradient is the all-gathered DRES (conjugate of ḡ).
+    if (!fused) keep_for_w(dout_field(slot, l), DRES);
+    {
+      const auto DY = sp_ ? allgather_tp(DRES, T, kFull) : DRES;
+      linear_backward_input(params_[P.w_down].value2(), DY, DA2);
+      if (fused) linear_backward_weight(A2, DY, params_[P.w_down].grad2());
+    }
     swiglu_backward(G2, U2, DA2, T, DG2, DU2);
-    const auto& Wg = params_[P.w_gate];
-    const auto& Wu = params_[P.w_up];
-    const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;  // SP: the forward's gather, again
-    linear_backward(XN2g, Wg.value2(), DG2, DXN, Wg.grad2());
-    linear_backward(XN2g, Wu.value2(), DU2, DXN, Wu.grad2(), Scalar(1));
+    if (!fused) keep_for_w(wf(kG), DG2);  // gate/up are dead after swiglu_backward
+    if (!fused) keep_for_w(wf(kU), DU2);
+    if (!fused) keep_for_w(wf(kXn2), XN2);  // W's GEMM inputs (copied only if recompute keeps them in rec_)
+    if (!fused) keep_for_w(wf(kA), A2);
+    if (fused) {
+      const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;
+      linear_backward_weight(XN2g, DG2, params_[P.w_gate].grad2());
+      linear_backward_weight(XN2g, DU2, params_[P.w_up].grad2());
+    }
+    linear_backward_input(params_[P.w_gate].value2(), DG2, DXN);
+    linear_backward_input(params_[P.w_up].value2(), DU2, DXN, Scalar(1));
     reduce_dxn();  // column-parallel input: operator f (SP: reduce-scatter)
     const auto& N2 = params_[P.mlp_norm];
     rmsnorm_backward(H1, Ts, N2.value, RSTD2, DXNL, DRES, norm_dw(N2.grad), true);
 
-    // Attention block: DRES holds dL/dH1.
-    const auto& Wo = params_[P.wo];
-    linear_backward(v2(O3.data(), T, qd), Wo.value2(), sp_ ? allgather_tp(DRES, T, kFull) : DRES,
-                    v2(DO3.data(), T, qd), Wo.grad2());
+    // Attention block: DRES holds dL/dH1, kept for W in h1 (dead now).
+    if (!fused) keep_for_w(wf(kH1), DRES);
+    if (!fused) keep_for_w(wf(kO), O3);
+    {
+      const auto DY = sp_ ? allgather_tp(DRES, T, kFull) : DRES;
+      linear_backward_input(params_[P.wo].value2(), DY, v2(DO3.data(), T, qd));
+      if (fused) linear_backward_weight(v2(O3.data(), T, qd), DY, params_[P.wo].grad2());
+    }
     const int layer = s.layer_begin + l;
     const auto kv = kvx_->gather(layer, slot, K3, V3);
     const auto dkv = kvx_->grad_buffers(layer, slot, DK3, DV3);
@@ -502,18 +587,29 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
     kvx_->reduce_scatter(layer, slot, dkv.first, dkv.second, DK3, DV3);
     rope_apply(DQ3, T, mb.positions, cfg_.rope_theta, true);
     rope_apply(DK3, T, mb.positions, cfg_.rope_theta, true);
-    const auto& Wq = params_[P.wq];
-    const auto& Wk = params_[P.wk];
-    const auto& Wv = params_[P.wv];
-    const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;
-    linear_backward(XN1g, Wq.value2(), v2(DQ3.data(), T, qd), DXN, Wq.grad2());
-    linear_backward(XN1g, Wk.value2(), v2(DK3.data(), T, kd), DXN, Wk.grad2(), Scalar(1));
-    linear_backward(XN1g, Wv.value2(), v2(DV3.data(), T, kd), DXN, Wv.grad2(), Scalar(1));
+    if (!fused) keep_for_w(wf(kQ), DQ3);  // q/k/v are dead after attention_backward
+    if (!fused) keep_for_w(wf(kK), DK3);
+    if (!fused) keep_for_w(wf(kV), DV3);
+    if (!fused) keep_for_w(wf(kXn1), XN1);
+    if (fused) {
+      const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;
+      linear_backward_weight(XN1g, v2(DQ3.data(), T, qd), params_[P.wq].grad2());
+      linear_backward_weight(XN1g, v2(DK3.data(), T, kd), params_[P.wk].grad2());
+      linear_backward_weight(XN1g, v2(DV3.data(), T, kd), params_[P.wv].grad2());
+    }
+    linear_backward_input(params_[P.wq].value2(), v2(DQ3.data(), T, qd), DXN);
+    linear_backward_input(params_[P.wk].value2(), v2(DK3.data(), T, kd), DXN, Scalar(1));
+    linear_backward_input(params_[P.wv].value2(), v2(DV3.data(), T, kd), DXN, Scalar(1));
     reduce_dxn();
     const auto& N1 = params_[P.attn_norm];
     rmsnorm_backward(X, Ts, N1.value, RSTD1, DXNL, DRES, norm_dw(N1.grad), true);
   }
-  slot_tokens_[slot] = -1;
+  if (fused) {
+    slot_tokens_[slot] = -1;  // the slot is free again
+  } else {
+    slot_b_done_[std::size_t(slot)] = 1;
+    wslot_owner_[std::size_t(wslot)] = slot;
+  }
 
   if (sp_) {
     // Norm weights are TP-replicated but each rank saw only its tokens: sum
@@ -539,6 +635,46 @@ View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb,
     return {};
   }
   return DRES;
+}
+
+template <class Scalar>
+void Transformer<Scalar>::backward_weight(int slot, int wslot) {
+  check_slot("backward_weight", slot);
+  if (wslot < 0 || wslot >= weight_slots() || wslot_owner_[std::size_t(wslot)] != slot ||
+      !slot_b_done_[std::size_t(slot)])
+    throw std::logic_error("wlb::model::Transformer::backward_weight: no pending W for slot " + std::to_string(slot) +
+                           " in W stash " + std::to_string(wslot));
+  const std::int64_t T = slot_tokens_[slot];
+  const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
+  const std::int64_t Ts = residual_rows(T).second;
+  // The GEMM inputs of the forward, all-gathered over TP again under SP.
+  auto gathered = [&](Scalar* p) {
+    const auto local = v2(p, Ts, d_);
+    return sp_ ? allgather_tp(local, T, kGath) : local;
+  };
+  // Row-parallel output gradients kept at Ts rows: all-gathered under SP.
+  auto gathered_dy = [&](Scalar* p) {
+    const auto local = v2(p, Ts, d_);
+    return sp_ ? allgather_tp(local, T, kFull) : local;
+  };
+  if (params_.shard().head)
+    linear_backward_weight(gathered(top(slot, kXnF)), v2(top(slot, kLogits), T, vl_), params_[lm_head_].grad2());
+  for (int l = nlayers_ - 1; l >= 0; --l) {
+    const LayerParams& P = lp_[std::size_t(l)];
+    auto wf = [&](Field f) { return wfield(slot, wslot, l, f); };
+    linear_backward_weight(v2(wf(kA), T, f_), gathered_dy(dout_field(slot, l)), params_[P.w_down].grad2());
+    const auto XN2g = gathered(wf(kXn2));
+    linear_backward_weight(XN2g, v2(wf(kG), T, f_), params_[P.w_gate].grad2());
+    linear_backward_weight(XN2g, v2(wf(kU), T, f_), params_[P.w_up].grad2());
+    linear_backward_weight(v2(wf(kO), T, qd), gathered_dy(wf(kH1)), params_[P.wo].grad2());
+    const auto XN1g = gathered(wf(kXn1));
+    linear_backward_weight(XN1g, v2(wf(kQ), T, qd), params_[P.wq].grad2());
+    linear_backward_weight(XN1g, v2(wf(kK), T, kd), params_[P.wk].grad2());
+    linear_backward_weight(XN1g, v2(wf(kV), T, kd), params_[P.wv].grad2());
+  }
+  slot_tokens_[slot] = -1;
+  slot_b_done_[std::size_t(slot)] = 0;
+  wslot_owner_[std::size_t(wslot)] = -1;
 }
 
 template class Transformer<float>;

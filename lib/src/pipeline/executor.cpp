@@ -78,11 +78,18 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
   cap_ = std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens);
   const int p = grid.pp_size(), v = cfg.parallel.virtual_stages;
   const int m = cfg.train.micro_batches / grid.dp_size();
-  // Workspace slots: the most forwards pending on one chunk in this rank's own
-  // action list (memory_model.hpp), so the memory model and the allocation agree.
+  // Workspace slots: the most micro-batches held on one chunk in this rank's
+  // own action list, from its forward to its W (memory_model.hpp), so the
+  // memory model and the allocation agree. B and W run apart under ZB-H1 (W
+  // delayed, stashes for recomputed layers) and without recompute (W after
+  // B's send: the previous stage gets its gradient sooner, at no memory);
+  // with recompute the other schedules run the fused backward at B, since a
+  // stage-level W would need every recomputed layer's operands stashed.
   core::ParallelConfig par = cfg.parallel;
   par.pp = p;
   slots_ = micro_batches_in_flight(par, grid.pp_rank(), std::max(m, 1));
+  split_w_ = parse_schedule_kind(cfg.parallel.schedule) == ScheduleKind::ZeroBubbleH1 || cfg.model.recompute == "none";
+  wslots_ = split_w_ ? std::max(weight_stashes(par, grid.pp_rank(), std::max(m, 1)), 1) : 0;
   for (int vs = 0; vs < v; ++vs) {
     const auto lr = stage_layers(cfg.model.layers, p, v, grid.pp_rank(), vs);
     model::ModelShard sh;
@@ -93,7 +100,7 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
     sh.tp_rank = grid.tp_rank();
     sh.tp_size = grid.tp_size();
     chunks_.push_back(std::make_unique<model::Transformer<float>>(cfg.model, vocab, sh, grid.tp(), slots_, cap_,
-                                                                  cfg.parallel.sequence_parallel));
+                                                                  cfg.parallel.sequence_parallel, wslots_));
     chunks_.back()->params().init_parameters(cfg.train.seed);
   }
   if (grid.cp_size() > 1) {
@@ -182,12 +189,22 @@ void Executor::backward(const Action& a, double grad_scale, RunStats& st) {
   const std::int64_t T = hidden_rows(mb), d = cfg_.model.d_model;
   timed_compute(st.backward_s, st.compute_cpu_s, [&] {
     bind_cp(a.micro_batch);
-    auto gin = chunk.backward(a.micro_batch % slots_, L.inputs[mb], L.recv_grad[vs][mb], grad_scale);
+    auto gin = split_w_ ? chunk.backward_input(a.micro_batch % slots_, a.micro_batch % wslots_, L.inputs[mb],
+                                               L.recv_grad[vs][mb], grad_scale)
+                        : chunk.backward(a.micro_batch % slots_, L.inputs[mb], L.recv_grad[vs][mb], grad_scale);
     if (chunk.stage().embedding) return;
     auto& buf = L.send_grad[vs][mb] = grow(L.send_grad[vs][mb], T, d, "pp_send_grad");
     Kokkos::deep_copy(first_rows(buf, T), first_rows(gin, T));
     if (grid_.pp_size() == 1) L.recv_grad[vs - 1][mb] = buf;  // local hand-off to the previous chunk
   });
+}
+
+void Executor::weight(const Action& a, RunStats& st) {
+  if (!split_w_) return;  // the fused backward ran this W inside B
+  auto& chunk = *chunks_[std::size_t(a.virtual_stage)];
+  // W is backward compute (its TP gathers under SP are split off as TP time).
+  timed_compute(st.backward_s, st.compute_cpu_s,
+                [&] { chunk.backward_weight(a.micro_batch % slots_, a.micro_batch % wslots_); });
 }
 
 HostView1<float> Executor::staging(std::int64_t n) {
@@ -272,6 +289,7 @@ RunStats Executor::run(bool backward, double grad_scale, bool trace) {
     switch (a.type) {
       case ActionType::Forward: forward(a, backward, st); break;
       case ActionType::Backward: this->backward(a, grad_scale, st); break;
+      case ActionType::Weight: weight(a, st); break;
       case ActionType::SendAct:
       case ActionType::SendGrad: send(a, st); break;
       case ActionType::RecvAct:

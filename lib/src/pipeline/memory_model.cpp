@@ -32,11 +32,16 @@ double MemoryEstimate::term(const std::string& name) const {
 int micro_batches_in_flight(const core::ParallelConfig& par, int pp_rank, int m) {
   const auto kind = parse_schedule_kind(par.schedule);
   if (m < 1) return 1;
-  if (double(m) * par.pp * par.virtual_stages > double(1 << 22))
-    return kind == ScheduleKind::OneFOneB ? std::min(m, par.pp - pp_rank) : m;
+  if (double(m) * par.pp * par.virtual_stages > double(1 << 22)) {
+    if (kind == ScheduleKind::OneFOneB) return std::min(m, par.pp - pp_rank);
+    if (kind == ScheduleKind::ZeroBubbleH1) return std::min(m, par.pp);
+    return m;
+  }
   const auto actions = training_action_list(par, pp_rank, m, /*backward=*/true);
+  // A slot is released by W when the schedule delays W, else by B.
+  const ActionType release = kind == ScheduleKind::ZeroBubbleH1 ? ActionType::Weight : ActionType::Backward;
   const int v = par.virtual_stages;
-  std::vector<int> next_f(std::size_t(v), -1), next_b(std::size_t(v), -1), pending(std::size_t(v), 0);
+  std::vector<int> next_f(std::size_t(v), -1), next_r(std::size_t(v), -1), held(std::size_t(v), 0);
   int most = 1;
   bool consecutive = true;
   for (const auto& a : actions) {
@@ -44,14 +49,22 @@ int micro_batches_in_flight(const core::ParallelConfig& par, int pp_rank, int m)
     if (a.type == ActionType::Forward) {
       consecutive = consecutive && a.micro_batch == next_f[c] + 1;
       next_f[c] = a.micro_batch;
-      most = std::max(most, ++pending[c]);
-    } else if (a.type == ActionType::Backward) {
-      consecutive = consecutive && a.micro_batch == next_b[c] + 1;
-      next_b[c] = a.micro_batch;
-      --pending[c];
+      most = std::max(most, ++held[c]);
+    } else if (a.type == release) {
+      consecutive = consecutive && a.micro_batch == next_r[c] + 1;
+      next_r[c] = a.micro_batch;
+      --held[c];
     }
   }
   return consecutive ? most : m;
+}
+
+int weight_stashes(const core::ParallelConfig& par, int pp_rank, int m) {
+  if (parse_schedule_kind(par.schedule) != ScheduleKind::ZeroBubbleH1) return 0;
+  if (m < 1) return 1;
+  if (double(m) * par.pp * par.virtual_stages > double(1 << 22)) return std::min(m, pp_rank + 1);
+  const auto peak = peak_in_flight(training_action_list(par, pp_rank, m, /*backward=*/true), par.virtual_stages);
+  return std::max(peak.weight_pending, 1);
 }
 
 namespace {
@@ -103,7 +116,8 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
 
   const double width[kNumFields] = {d, 1, d, qd, kd, kd, qd, hq, d, 1, d, F, F, F};
   auto field_bytes = [&](int f) { return width[f] * (sp && residual_region(f) ? C_sp : C) * b; };
-  double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0;
+  double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
+  const double wslots = weight_stashes(par, pp_rank, m);
   std::string kept;
   for (int vs = 0; vs < v; ++vs) {
     const auto lr = stage_layers(mc.layers, p, v, pp_rank, vs);
@@ -117,12 +131,17 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     // Layers that recompute: the first recompute_layers local ones (0: all).
     const bool any = mc.recompute != "none";
     const double n_rc = !any ? 0 : (mc.recompute_layers > 0 ? std::min<double>(mc.recompute_layers, nl) : nl);
-    double stored = 0, rec_c = 0;
+    double stored = 0, rec_c = 0, wst_c = 0;
     for (int f = 0; f < kNumFields; ++f) {
       const bool k = keeps(mc.recompute, f);
       stored += ((nl - n_rc) + (k ? n_rc : 0)) * field_bytes(f);
       if (!k && n_rc > 0) rec_c += width[f] * C * b;  // rec_ is sized C (transformer.cpp)
+      // ZB-H1 W stashes: the W operands a recomputed layer does not keep.
+      const bool w_operand = f == kXn1 || f == kO || f == kXn2 || f == kA || f == kH1 || f == kQ || f == kK ||
+                             f == kV || f == kG || f == kU;
+      if (!k && w_operand) wst_c += n_rc * field_bytes(f);
     }
+    wstash += wslots * wst_c;
     // Stage top: x_out (every chunk); last chunk: rstd_f, xn_f, logits, ce_lse.
     const double top = d * C_sp * b + (head ? (1 + d) * C_sp * b + (V + 1) * C * b : 0);
     acts += s * (stored + top);
@@ -144,6 +163,8 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
                      fmt::format("model::activations: {} slots x ({} per layer{}, x_out, last stage: logits)", e.slots,
                                  kept, mc.recompute_layers > 0 ? " in recomputed layers" : "")});
   e.terms.push_back({"recompute_workspace", rec, "model::recompute (one layer's dropped fields)"});
+  if (wstash > 0)
+    e.terms.push_back({"weight_grad_stash", wstash, "model::weight_grad_stash: ZB-H1's delayed-W operands of recomputed layers"});
   e.terms.push_back({"grad_workspace", grad_ws, "model::grad_scratch (dres dxn dq dk dv do da dg du ce)"});
   if (sp) e.terms.push_back({"sp_gather", 2 * C * d * b * v, "SP all-gathered norm output and its gradient"});
   if (cp > 1) e.terms.push_back({"cp_kv_buffers", 5 * C * kd * b, "cp_kv: gathered K, V, dK, dV, temp"});

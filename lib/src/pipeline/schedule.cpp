@@ -52,6 +52,7 @@ std::vector<Action> compute_order(ScheduleKind kind, int r, int p, int m, int v)
   out.reserve(static_cast<std::size_t>(2 * m * v));
   auto F = [&](int mb, int vs) { out.push_back({ActionType::Forward, mb, vs, -1}); };
   auto B = [&](int mb, int vs) { out.push_back({ActionType::Backward, mb, vs, -1}); };
+  auto W = [&](int mb, int vs) { out.push_back({ActionType::Weight, mb, vs, -1}); };
   switch (kind) {
     case ScheduleKind::GPipe:
       for (int i = 0; i < m; ++i) F(i, 0);
@@ -90,6 +91,23 @@ std::vector<Action> compute_order(ScheduleKind kind, int r, int p, int m, int v)
       for (int vs = v - 1; vs >= 0; --vs)
         for (int i = 0; i < m; ++i) B(i, vs);
       break;
+    case ScheduleKind::ZeroBubbleH1: {
+      // 1F1B's F/B order; W of micro-batch k - r after the k-th B (ZB-H1).
+      const int warm = std::min(p - r - 1, m);
+      int nb = 0, nw = 0;
+      auto BW = [&](int mb) {
+        B(mb, 0);
+        if (nb++ >= r) W(nw++, 0);
+      };
+      for (int i = 0; i < warm; ++i) F(i, 0);
+      for (int i = 0; i < m - warm; ++i) {
+        F(warm + i, 0);
+        BW(i);
+      }
+      for (int i = m - warm; i < m; ++i) BW(i);
+      while (nw < m) W(nw++, 0);
+      break;
+    }
   }
   return out;
 }
@@ -126,10 +144,14 @@ Action recv_action(const Key& k, const Geometry& g) {
 class ListBuilder {
  public:
   ListBuilder(ScheduleKind kind, int p, int m, int v) : kind_(kind), g_{p, m, v} {
+    // Uniform costs of the joint simulation: the fused backward costs 2 (B
+    // then W, W inserted afterwards); a split schedule's B and W 1 each.
+    if (kind == ScheduleKind::ZeroBubbleH1) b_cost_ = 1.0;
     R_.resize(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) R_[r].ops = compute_order(kind, r, p, m, v);
     available_.assign(static_cast<std::size_t>(g_.n_keys()), 0);
     fwd_done_.assign(static_cast<std::size_t>(m * g_.chunks()), 0);
+    bwd_done_ = fwd_done_;
   }
 
   std::vector<std::vector<Action>> build() {
@@ -197,6 +219,7 @@ class ListBuilder {
     if (Q.state == Blocked) return Q.waiting;
     if (Q.idx >= Q.ops.size()) return -1;
     const Action& x = Q.ops[Q.idx];
+    if (x.type == ActionType::Weight) return -1;  // local: needs only its own B
     const int c = g_.gchunk(q, x.virtual_stage);
     const bool fwd = x.type == ActionType::Forward;
     const int src = fwd ? c - 1 : c + 1;
@@ -229,6 +252,13 @@ class ListBuilder {
     const Action& x = me.ops[me.idx];
     const int C = g_.chunks();
     const int c = g_.gchunk(r, x.virtual_stage);
+    if (x.type == ActionType::Weight) {
+      if (!bwd_done_[x.micro_batch * C + c]) throw InternalError("pipeline: W before its B");
+      me.out.push_back(x);
+      me.clock += w_cost_;
+      ++me.idx;
+      return;
+    }
     const bool fwd = x.type == ActionType::Forward;
     if (!fwd && !fwd_done_[x.micro_batch * C + c]) throw InternalError("pipeline: backward before its forward");
     const bool remote_input = fwd ? c > 0 : c < C - 1;
@@ -240,9 +270,9 @@ class ListBuilder {
       }
     }
     me.out.push_back(x);
-    me.clock += fwd ? 1.0 : 2.0;
+    me.clock += fwd ? 1.0 : b_cost_;
     ++me.idx;
-    if (fwd) fwd_done_[x.micro_batch * C + c] = 1;
+    (fwd ? fwd_done_ : bwd_done_)[x.micro_batch * C + c] = 1;
     const Key prod{!fwd, x.micro_batch, c};
     const int consumer = fwd ? c + 1 : c - 1;
     if (consumer >= 0 && consumer < C) {
@@ -273,16 +303,36 @@ class ListBuilder {
   Geometry g_;
   std::vector<Rank> R_;
   std::vector<char> available_;  // at its consumer
-  std::vector<char> fwd_done_;
+  std::vector<char> fwd_done_, bwd_done_;
+  double b_cost_ = 2.0, w_cost_ = 1.0;
 };
 
+/// Fused schedules: W right after its B and the sends that directly follow
+/// it (the B's gradient leaves first). W is local, so the lists stay a
+/// projection of one global event order: still deadlock-free.
+std::vector<Action> insert_weights(const std::vector<Action>& list) {
+  std::vector<Action> out;
+  out.reserve(list.size() + list.size() / 2);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    out.push_back(list[i]);
+    if (list[i].type != ActionType::Backward) continue;
+    const Action b = list[i];
+    while (i + 1 < list.size() && is_send(list[i + 1].type)) out.push_back(list[++i]);
+    out.push_back({ActionType::Weight, b.micro_batch, b.virtual_stage, -1});
+  }
+  return out;
+}
+
 std::vector<std::vector<Action>> build_lists(ScheduleKind kind, int p, int m, int v) {
-  return ListBuilder(kind, p, m, v).build();
+  auto lists = ListBuilder(kind, p, m, v).build();
+  if (kind != ScheduleKind::ZeroBubbleH1)
+    for (auto& l : lists) l = insert_weights(l);
+  return lists;
 }
 
 void validate(ScheduleKind kind, int pp_size, int m, int v) {
   check_args(pp_size, m, v);
-  if (v > 1 && (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB))
+  if (v > 1 && (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZeroBubbleH1))
     throw ConfigError(fmt::format("pipeline schedule {}: virtual_stages={} needs schedule interleaved or bfs",
                                   to_string(kind), v));
   if (kind == ScheduleKind::Interleaved && v > 1 && m % pp_size != 0)
@@ -301,7 +351,8 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "interleaved") return ScheduleKind::Interleaved;
   if (name == "bfs") return ScheduleKind::BreadthFirst;
-  throw ConfigError(fmt::format("parallel.schedule='{}' is not one of gpipe, 1f1b, interleaved, bfs", name));
+  if (name == "zb1") return ScheduleKind::ZeroBubbleH1;
+  throw ConfigError(fmt::format("parallel.schedule='{}' is not one of gpipe, 1f1b, interleaved, bfs, zb1", name));
 }
 
 const char* to_string(ScheduleKind k) {
@@ -310,6 +361,7 @@ const char* to_string(ScheduleKind k) {
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved: return "interleaved";
     case ScheduleKind::BreadthFirst: return "bfs";
+    case ScheduleKind::ZeroBubbleH1: return "zb1";
   }
   return "?";
 }
@@ -322,6 +374,7 @@ const char* to_string(ActionType t) {
     case ActionType::RecvAct: return "RecvAct";
     case ActionType::SendGrad: return "SendGrad";
     case ActionType::RecvGrad: return "RecvGrad";
+    case ActionType::Weight: return "W";
   }
   return "?";
 }
@@ -359,11 +412,41 @@ std::vector<Action> training_action_list(const core::ParallelConfig& par, int pp
   if (!backward)
     actions.erase(std::remove_if(actions.begin(), actions.end(),
                                  [](const Action& a) {
-                                   return a.type == ActionType::Backward || a.type == ActionType::SendGrad ||
-                                          a.type == ActionType::RecvGrad;
+                                   return a.type == ActionType::Backward || a.type == ActionType::Weight ||
+                                          a.type == ActionType::SendGrad || a.type == ActionType::RecvGrad;
                                  }),
                   actions.end());
   return actions;
+}
+
+InFlight peak_in_flight(const std::vector<Action>& list, int virtual_stages) {
+  const bool split = std::any_of(list.begin(), list.end(), [](const Action& a) { return a.type == ActionType::Weight; });
+  std::vector<int> act(std::size_t(std::max(virtual_stages, 1)), 0), wp(act.size(), 0);
+  InFlight peak;
+  for (const Action& a : list) {
+    if (a.virtual_stage < 0 || a.virtual_stage >= int(act.size()))
+      throw InternalError(fmt::format("peak_in_flight: {} outside {} virtual stages", to_string(a), act.size()));
+    const std::size_t vs = std::size_t(a.virtual_stage);
+    switch (a.type) {
+      case ActionType::Forward: ++act[vs]; break;
+      case ActionType::Backward:
+        if (split) {
+          ++wp[vs];
+        } else {
+          peak.weight_pending = std::max(peak.weight_pending, 1);
+          --act[vs];
+        }
+        break;
+      case ActionType::Weight:
+        --wp[vs];
+        --act[vs];
+        break;
+      default: break;
+    }
+    peak.activations = std::max(peak.activations, act[vs]);
+    peak.weight_pending = std::max(peak.weight_pending, wp[vs]);
+  }
+  return peak;
 }
 
 int p2p_tag(const Action& a, int pp_rank, int pp_size) {
@@ -409,10 +492,11 @@ LayerRange stage_layers(int num_layers, int pp_size, int virtual_stages, int pp_
 
 // ---- simulation -----------------------------------------------------------------
 
-StageTimes StageTimes::uniform(int num_micro_batches, int num_chunks, double f, double b) {
+StageTimes StageTimes::uniform(int num_micro_batches, int num_chunks, double f, double b, double w) {
   StageTimes t;
   t.forward.assign(static_cast<std::size_t>(num_micro_batches), std::vector<double>(num_chunks, f));
   t.backward.assign(static_cast<std::size_t>(num_micro_batches), std::vector<double>(num_chunks, b));
+  if (w != 0) t.weight.assign(static_cast<std::size_t>(num_micro_batches), std::vector<double>(num_chunks, w));
   return t;
 }
 
@@ -441,6 +525,7 @@ class ListSimulator {
     arrived_.assign(std::size_t(g_.n_keys()), -1.0);
     fwd_done_.assign(std::size_t(g_.m * g_.chunks()), 0);
     bwd_done_ = fwd_done_;
+    w_done_ = fwd_done_;
   }
 
   SimResult run() {
@@ -468,8 +553,11 @@ class ListSimulator {
       throw InternalError("simulate_schedule: times.forward and times.backward need one row per micro-batch");
     g_ = Geometry{p, m, v};
     const int C = g_.chunks();
+    if (!times_.weight.empty() && times_.weight.size() != times_.forward.size())
+      throw InternalError("simulate_schedule: times.weight needs one row per micro-batch (or none)");
     for (int i = 0; i < m; ++i)
-      if (static_cast<int>(times_.forward[i].size()) != C || static_cast<int>(times_.backward[i].size()) != C)
+      if (static_cast<int>(times_.forward[i].size()) != C || static_cast<int>(times_.backward[i].size()) != C ||
+          (!times_.weight.empty() && static_cast<int>(times_.weight[i].size()) != C))
         throw InternalError(fmt::format("simulate_schedule: micro-batch {} needs {} chunk durations", i, C));
     if (!times_.p2p.empty() && static_cast<int>(times_.p2p.size()) != m)
       throw InternalError(fmt::format("simulate_schedule: times.p2p holds {} latencies for {} micro-batches",
@@ -501,6 +589,7 @@ class ListSimulator {
     if (pos_[r] >= lists_[r].size()) return false;
     const Action& a = lists_[r][pos_[r]];
     if (a.type == ActionType::Forward || a.type == ActionType::Backward) return compute(r, a);
+    if (a.type == ActionType::Weight) return weight(r, a);
     const Key k = check_msg(a, r);
     return is_send(a.type) ? send(r, a, k) : receive(r, a, k);
   }
@@ -529,6 +618,23 @@ class ListSimulator {
     (fwd ? fwd_done_ : bwd_done_)[a.micro_batch * C + c] = 1;
     const int dst = fwd ? c + 1 : c - 1;
     if (dst >= 0 && dst < C && g_.owner(dst) == r) arrived_[g_.index({!fwd, a.micro_batch, c})] = clock_[r];
+    ++pos_[r];
+    return true;
+  }
+
+  /// W: local, after its B; no input, no product.
+  bool weight(int r, const Action& a) {
+    const int C = g_.chunks();
+    if (a.micro_batch < 0 || a.micro_batch >= g_.m || a.virtual_stage < 0 || a.virtual_stage >= g_.v)
+      throw InternalError(fmt::format("simulate_schedule: rank {}: {} out of range", r, to_string(a)));
+    const int i = a.micro_batch * C + g_.gchunk(r, a.virtual_stage);
+    if (!bwd_done_[i] || w_done_[i])
+      throw InternalError(fmt::format("simulate_schedule: rank {}: {} {}", r, to_string(a),
+                                      w_done_[i] ? "runs twice" : "before its B"));
+    const double d = times_.weight.empty() ? 0.0 : times_.weight[a.micro_batch][g_.gchunk(r, a.virtual_stage)];
+    clock_[r] += d;
+    res_.busy[r] += d;
+    w_done_[i] = 1;
     ++pos_[r];
     return true;
   }
@@ -587,7 +693,7 @@ class ListSimulator {
   SimResult res_;
   // Data state: when an input reached its consumer (-1: not yet), compute done flags.
   std::vector<double> arrived_;
-  std::vector<char> fwd_done_, bwd_done_;
+  std::vector<char> fwd_done_, bwd_done_, w_done_;
   // Eager mode: FIFO channels (src, dst, tag) of (data, time available at the receiver),
   // matched like MPI: a receive takes the oldest message of its (src, tag).
   std::map<std::tuple<int, int, int>, std::deque<std::pair<Key, double>>> channels_;

@@ -61,21 +61,26 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
     const auto& mb = mbs[i];
     const auto attn = cost.rank_attention(mb, par.cp, sharding[i]);
     const auto tok = shard_tokens(mb, par.cp, sharding[i]);
-    double f = 0, b = 0;
+    double f = 0, b = 0, w = 0;
     for (int c = 0; c < par.cp; ++c) {
       const double lin = cost.c + cost.a * static_cast<double>(tok[static_cast<std::size_t>(c)].size());
       const double at = attn[static_cast<std::size_t>(c)];
       f = std::max(f, lin / 3.0 + at / 3.5);
-      b = std::max(b, lin * 2.0 / 3.0 + at * 2.5 / 3.5);
+      // B: the input-gradient GEMMs (= forward GEMMs) and the attention
+      // backward; W: the weight-gradient GEMMs (= forward GEMMs).
+      b = std::max(b, lin / 3.0 + at * 2.5 / 3.5);
+      w = std::max(w, lin / 3.0);
     }
     const double T = static_cast<double>(mb.tokens());
     const double kv_bytes = T / par.cp * 2.0 * kv_local * m.head_dim() * 2.0;
     const double ag = ring_allgather(alpha, beta, par.cp, kv_bytes);
     t.forward.emplace_back(K);
     t.backward.emplace_back(K);
+    t.weight.emplace_back(K);
     for (std::size_t k = 0; k < K; ++k) {
       t.forward.back()[k] = layers[k] * (f + ag);
       t.backward.back()[k] = layers[k] * (b + ag);
+      t.weight.back()[k] = layers[k] * w;
     }
     t.p2p.push_back(alpha + beta * T / (par.cp * par.tp) * m.d_model * 2.0);
   }
@@ -298,7 +303,7 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
   }
   out += fmt::format("deck setting, largest stage: {}\n", rep.memory.front().terms);
   out += "\nlat_ID: max x n / total per-micro-batch latency (paper Table 2); attn_ID: max/mean sum d^2; cp_ID: CP-rank\n"
-         "causal-work imbalance; bubble: 1F1B idle fraction; speedup over fixed+sequence; delay: token-weighted mean\n"
+         "causal-work imbalance; bubble: pipeline idle fraction (parallel.schedule); speedup over fixed+sequence; delay: token-weighted mean\n"
          "wait (steps); tok/st: tokens per step; mem_GiB: predicted peak per rank with the deck's recompute/zero/sp\n"
          "(max over ranks; '> device': above plan.device_memory_gib).\n";
   return out;

@@ -685,7 +685,8 @@ StepResult Trainer::run() {
   const std::int64_t first_step = I.step;
   std::string kind_names;  // /trace's names of the action kinds (pipeline::ActionType order)
   for (auto k : {pipeline::ActionType::Forward, pipeline::ActionType::Backward, pipeline::ActionType::SendAct,
-                 pipeline::ActionType::RecvAct, pipeline::ActionType::SendGrad, pipeline::ActionType::RecvGrad})
+                 pipeline::ActionType::RecvAct, pipeline::ActionType::SendGrad, pipeline::ActionType::RecvGrad,
+                 pipeline::ActionType::Weight})
     kind_names += (kind_names.empty() ? "" : ",") + std::string(pipeline::to_string(k));
   while (I.step < I.cfg.train.steps && !stop) {
     last = step();

@@ -114,7 +114,8 @@ void middle_stage_matches(std::int64_t T, std::vector<std::int64_t> cu) {
   View2<double> in("in", T, d), gout("gout", T, d);
   fill_normal(in, rng);
   fill_normal(gout, rng);
-  const auto [t0, ts] = sp.residual_rows(T);
+  const auto own = sp.residual_rows(T);
+  const std::int64_t t0 = own.first, ts = own.second;  // not structured bindings: a lambda captures them (C++17)
   auto rows = [&](const View2<double>& v) {
     View2<double> r("rows", ts, d);
     Kokkos::deep_copy(r, Kokkos::subview(v, std::pair<std::int64_t, std::int64_t>(t0, t0 + ts), Kokkos::ALL));

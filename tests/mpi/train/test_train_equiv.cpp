@@ -710,3 +710,39 @@ TEST(Np4ZeroSP, DpTp) {
   REQUIRE_WORLD(4);
   expect_equivalent(lay(2, 1, 1, 2), {"parallel.zero=1", "train.max_seq_len=31"}, "mixed", false, kSP);
 }
+
+// ---- ZB-H1 (parallel.schedule = zb1, issue [L]) -------------------------------------------
+// The split backward with W's delayed into the cool-down, on the wlb packer's
+// variable-length micro-batches, against the 1-rank run (fused backward).
+const std::vector<std::string> kZbWlb = {"balance.packer=wlb", "balance.max_tokens=48", "train.micro_batches=8"};
+
+TEST(Np2ZeroBubble, PipelineParallelWlb) {
+  REQUIRE_WORLD(2);
+  auto ov = kZbWlb;
+  ov.push_back("model.layers=5");  // 3 + 2 layers
+  expect_equivalent(lay(1, 2, 1, 1, "zb1"), ov, "mixed", /*eval=*/true);
+}
+TEST(Np2ZeroBubble, RecomputeSelective) {
+  REQUIRE_WORLD(2);
+  auto ov = kZbWlb;
+  ov.push_back("model.recompute=selective");  // GEMM inputs kept for W in the W stashes
+  expect_equivalent(lay(1, 2, 1, 1, "zb1"), ov);
+}
+TEST(Np4ZeroBubble, PipelineParallel4Wlb) {
+  REQUIRE_WORLD(4);
+  auto ov = kZbWlb;
+  ov.push_back("model.layers=5");
+  expect_equivalent(lay(1, 4, 1, 1, "zb1"), ov);
+}
+TEST(Np4ZeroBubble, PpTpSequenceParallelRecomputeFull) {
+  REQUIRE_WORLD(4);
+  auto ov = kZbWlb;
+  ov.push_back("model.recompute=full");
+  expect_equivalent(lay(1, 2, 1, 2, "zb1"), ov, "mixed", false, {"parallel.sequence_parallel=true"});
+}
+TEST(Np8ZeroBubble, DpPpCpWlb) {
+  REQUIRE_WORLD(8);
+  auto ov = kZbWlb;
+  ov.push_back("balance.sharding=document");
+  expect_equivalent(lay(2, 2, 2, 1, "zb1"), ov);
+}

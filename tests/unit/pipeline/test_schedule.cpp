@@ -1,10 +1,11 @@
-// Pipeline schedules: every (micro-batch, chunk) forward and backward exactly
-// once per rank, forward before backward, and an independent whole-pipeline
+// Pipeline schedules: every (micro-batch, chunk) forward, B and W exactly
+// once per rank, F before B before W, and an independent whole-pipeline
 // simulator (blocking rendezvous send/recv, F = 1, B = 2 per model, split over
 // v chunks) proving there is no deadlock and measuring the bubble against the
 // analytic values (Narayanan et al., SC'21, §2.2: bubble/ideal = (p-1)/m for
 // GPipe/1F1B and (p-1)/(v·m) interleaved; as a share of the makespan
-// (p-1)/(m+p-1) and (p-1)/(v·m+p-1)).
+// (p-1)/(m+p-1) and (p-1)/(v·m+p-1)); ZB-H1 (Qi et al. 2024, arXiv
+// 2401.10241, §3.1) against its bubble (p-1)(T_F+T_B-T_W) per rank.
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
 
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -22,9 +24,11 @@ using namespace wlb::pipeline;
 namespace {
 
 const ScheduleKind kAllKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                                  ScheduleKind::BreadthFirst};
+                                  ScheduleKind::BreadthFirst, ScheduleKind::ZeroBubbleH1};
 
-bool needs_v1(ScheduleKind k) { return k == ScheduleKind::GPipe || k == ScheduleKind::OneFOneB; }
+bool needs_v1(ScheduleKind k) {
+  return k == ScheduleKind::GPipe || k == ScheduleKind::OneFOneB || k == ScheduleKind::ZeroBubbleH1;
+}
 
 /// (p, m, v) cases a kind accepts.
 std::vector<std::tuple<int, int, int>> cases_for(ScheduleKind k) {
@@ -50,9 +54,10 @@ struct Outcome {
   std::vector<double> busy;
 };
 
-Outcome run_pipeline(const std::vector<std::vector<Action>>& lists, int p, int v, double F, double B) {
+Outcome run_pipeline(const std::vector<std::vector<Action>>& lists, int p, int v, double F, double B,
+                     double W = 0) {
   const int C = p * v;
-  const double f = F / v, b = B / v;  // per-chunk durations: the model's work is split over v chunks
+  const double f = F / v, b = B / v, w = W / v;  // per-chunk durations: the model's work is split over v chunks
   Outcome o;
   o.busy.assign(p, 0);
   std::vector<std::size_t> at(p, 0);
@@ -81,6 +86,20 @@ Outcome run_pipeline(const std::vector<std::vector<Action>>& lists, int p, int v
       while (at[r] < lists[r].size()) {
         const Action& a = lists[r][at[r]];
         const int c = r + a.virtual_stage * p;
+        if (a.type == ActionType::Weight) {  // local, after its own B, once
+          const std::string me = name('g', a.micro_batch, c), done = name('w', a.micro_batch, c);
+          if (!computed.count(me) || computed.count(done)) {
+            o.deadlock = true;
+            o.why = "W before its B, or twice, on rank " + std::to_string(r);
+            return o;
+          }
+          computed.insert(done);
+          t[r] += w;
+          o.busy[r] += w;
+          ++at[r];
+          moved = true;
+          continue;
+        }
         if (a.type == ActionType::Forward || a.type == ActionType::Backward) {
           const bool fw = a.type == ActionType::Forward;
           double start = t[r];
@@ -173,7 +192,7 @@ TEST(Schedule, EveryComputeExactlyOnceForwardBeforeBackward) {
       for (int r = 0; r < p; ++r) {
         SCOPED_TRACE(testing::Message() << to_string(k) << " p=" << p << " m=" << m << " v=" << v << " rank " << r);
         const auto list = build_schedule(k, r, p, m, v);
-        std::map<std::pair<int, int>, int> fpos, bpos;
+        std::map<std::pair<int, int>, int> fpos, bpos, wpos;
         for (int i = 0; i < int(list.size()); ++i) {
           const Action& a = list[i];
           ASSERT_GE(a.micro_batch, 0);
@@ -185,14 +204,19 @@ TEST(Schedule, EveryComputeExactlyOnceForwardBeforeBackward) {
             ASSERT_TRUE(fpos.emplace(key, i).second);
           } else if (a.type == ActionType::Backward) {
             ASSERT_TRUE(bpos.emplace(key, i).second);
+          } else if (a.type == ActionType::Weight) {
+            ASSERT_TRUE(wpos.emplace(key, i).second);
           }
         }
         ASSERT_EQ(int(fpos.size()), m * v);
         ASSERT_EQ(int(bpos.size()), m * v);
+        ASSERT_EQ(int(wpos.size()), m * v);
         for (auto& [key, i] : fpos) ASSERT_LT(i, bpos.at(key));
+        for (auto& [key, i] : bpos) ASSERT_LT(i, wpos.at(key));
         // Message counts: p > 1 means every chunk boundary not at the ends carries one message per mb each way.
         int msgs = 0;
-        for (const Action& a : list) msgs += (a.type != ActionType::Forward && a.type != ActionType::Backward);
+        for (const Action& a : list)
+          msgs += (a.type != ActionType::Forward && a.type != ActionType::Backward && a.type != ActionType::Weight);
         int expect = 0;
         if (p > 1)
           for (int vs = 0; vs < v; ++vs) {
@@ -213,6 +237,7 @@ TEST(Schedule, NoDeadlockAndAnalyticBubbleUnderBlockingPointToPoint) {
       ASSERT_FALSE(o.deadlock) << o.why;
       for (double b : o.busy) ASSERT_NEAR(b, 3.0 * m, 1e-9);
       const double got = bubble(o);
+      if (k == ScheduleKind::ZeroBubbleH1) continue;  // its own bubble: ZeroBubbleH1.* below
       // Analytic share of the makespan that is bubble.
       const bool chunked = (k == ScheduleKind::Interleaved || k == ScheduleKind::BreadthFirst) && v > 1;
       if (!chunked) {
@@ -345,7 +370,9 @@ TEST(Simulator, LibrarySimulatorMatchesAnalyticAndIndependentSimulator) {
       EXPECT_NEAR(s.makespan, o.makespan, 1e-9);
       EXPECT_NEAR(s.bubble_fraction(), bubble(o), 1e-12);
       const bool chunked = (k == ScheduleKind::Interleaved || k == ScheduleKind::BreadthFirst) && v > 1;
-      if (!chunked) {
+      if (k == ScheduleKind::ZeroBubbleH1) {
+        // With W = 0 its lists are 1F1B's order with the backward in B.
+      } else if (!chunked) {
         EXPECT_NEAR(s.bubble_fraction(), double(p - 1) / (m + p - 1), 1e-12);
       } else if (k == ScheduleKind::BreadthFirst ? m % p == 0 : m == p) {
         EXPECT_NEAR(s.bubble_fraction(), double(p - 1) / (v * m + p - 1), 1e-12);
@@ -412,3 +439,150 @@ TEST(Simulator, DetectsDeadlockAndBadLists) {
 }
 
 }  // namespace
+
+// ---- ZB-H1 (parallel.schedule = zb1) ---------------------------------------------------
+
+namespace {
+
+/// Position of every compute action of one rank's list, checked: F, B and W of
+/// each micro-batch exactly once, F < B < W, and W's in micro-batch order.
+void expect_fbw_order(const std::vector<Action>& list, int m) {
+  std::map<int, int> f, b, w;
+  std::vector<int> w_order;
+  for (int i = 0; i < int(list.size()); ++i) {
+    const Action& a = list[i];
+    std::map<int, int>* pos = a.type == ActionType::Forward    ? &f
+                              : a.type == ActionType::Backward ? &b
+                              : a.type == ActionType::Weight   ? &w
+                                                               : nullptr;
+    if (!pos) continue;
+    ASSERT_EQ(a.virtual_stage, 0);
+    ASSERT_TRUE(pos->emplace(a.micro_batch, i).second) << to_string(a) << " twice";
+    if (a.type == ActionType::Weight) w_order.push_back(a.micro_batch);
+  }
+  ASSERT_EQ(int(f.size()), m);
+  ASSERT_EQ(int(b.size()), m);
+  ASSERT_EQ(int(w.size()), m);
+  for (int i = 0; i < m; ++i) {
+    ASSERT_LT(f.at(i), b.at(i)) << "mb " << i;
+    ASSERT_LT(b.at(i), w.at(i)) << "mb " << i;
+    ASSERT_EQ(w_order[std::size_t(i)], i);
+  }
+}
+
+}  // namespace
+
+TEST(ZeroBubbleH1, NoDeadlockAndDependencyOrderUpTo8x16) {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m) {
+      SCOPED_TRACE(testing::Message() << "zb1 p=" << p << " m=" << m);
+      const auto lists = build_all_schedules(ScheduleKind::ZeroBubbleH1, p, m);
+      for (int r = 0; r < p; ++r) {
+        ASSERT_EQ(lists[r], build_schedule(ScheduleKind::ZeroBubbleH1, r, p, m));
+        expect_fbw_order(lists[r], m);
+      }
+      // Independent rendezvous simulator (F = B = W = 1), the library's (both p2p modes).
+      const Outcome o = run_pipeline(lists, p, 1, 1.0, 1.0, 1.0);
+      ASSERT_FALSE(o.deadlock) << o.why;
+      for (double b : o.busy) ASSERT_NEAR(b, 3.0 * m, 1e-9);
+      const auto t = StageTimes::uniform(m, p, 1.0, 1.0, 1.0);
+      const SimResult s = simulate_schedule(lists, p, 1, t);
+      EXPECT_NEAR(s.makespan, o.makespan, 1e-9);
+      EXPECT_LE(simulate_schedule(lists, p, 1, t, 0.0, P2PMode::Eager).makespan, s.makespan + 1e-9);
+      // Random per-micro-batch durations (the wlb packer's variable lengths) never deadlock either.
+      std::mt19937 rng(unsigned(p * 100 + m));
+      std::uniform_real_distribution<double> u(0.2, 3.0);
+      StageTimes var = t;
+      for (int i = 0; i < m; ++i) {
+        const double len = u(rng);
+        for (int c = 0; c < p; ++c) {
+          var.forward[i][c] = len;
+          var.backward[i][c] = len * 1.1;
+          var.weight[i][c] = len * 0.9;
+        }
+      }
+      EXPECT_NO_THROW(simulate_schedule(lists, p, 1, var));
+      EXPECT_NO_THROW(simulate_schedule(lists, p, 1, var, 0.0, P2PMode::Eager));
+    }
+}
+
+// The paper's bubble (Qi et al. 2024, §3.1, uniform micro-batches): every rank
+// idles (p-1)(T_F + T_B - T_W) under ZB-H1 against (p-1)(T_F + T_B + T_W)
+// under 1F1B with a fused backward — a third of it at T_F = T_B = T_W. It
+// holds for T_W <= T_F; with W heavier than F the cool-down waits again.
+// 1F1B with the split sends each B's gradient before its W: (p-1)(T_F + T_B).
+TEST(ZeroBubbleH1, PaperBubbleForUniformMicroBatches) {
+  const std::vector<std::tuple<double, double, double>> fbw = {
+      {1, 1, 1}, {1, 1.5, 0.5}, {1, 2, 1}, {1, 1, 0.5}, {1.5, 2, 1.5}, {2, 3, 1}};
+  for (int p : {2, 3, 4, 8})
+    for (int m : {p, 2 * p, 16, 24})
+      for (auto [F, B, W] : fbw) {
+        SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m << " F=" << F << " B=" << B << " W=" << W);
+        const double ideal = m * (F + B + W);
+        const auto t = StageTimes::uniform(m, p, F, B, W);
+        const SimResult z = simulate_schedule(ScheduleKind::ZeroBubbleH1, p, m, 1, t);
+        EXPECT_NEAR(z.makespan, ideal + (p - 1) * (F + B - W), 1e-9);
+        for (int r = 0; r < p; ++r) EXPECT_NEAR(z.makespan - z.busy[r], (p - 1) * (F + B - W), 1e-9);
+        EXPECT_NEAR(z.bubble_fraction(), (p - 1) * (F + B - W) / z.makespan, 1e-12);
+        // The independent simulator agrees.
+        EXPECT_NEAR(run_pipeline(build_all_schedules(ScheduleKind::ZeroBubbleH1, p, m), p, 1, F, B, W).makespan,
+                    z.makespan, 1e-9);
+        // 1F1B, fused backward (W folded into B) and split.
+        const SimResult fused =
+            simulate_schedule(ScheduleKind::OneFOneB, p, m, 1, StageTimes::uniform(m, p, F, B + W));
+        EXPECT_NEAR(fused.makespan, ideal + (p - 1) * (F + B + W), 1e-9);
+        const SimResult split = simulate_schedule(ScheduleKind::OneFOneB, p, m, 1, t);
+        EXPECT_NEAR(split.makespan, ideal + (p - 1) * (F + B), 1e-9);
+        EXPECT_LT(z.makespan, split.makespan);
+      }
+}
+
+// Activation memory: ZB-H1 holds at most min(p, m) micro-batches' activations
+// (F done, W not yet) on any rank, the peak of 1F1B (its rank 0); W's pending
+// (B done) at most min(r + 1, m) on rank r; 1F1B runs each W right after its B.
+TEST(ZeroBubbleH1, PeakInFlightEqualsOneFOneB) {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m) {
+      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      int zb = 0, ofob = 0;
+      for (int r = 0; r < p; ++r) {
+        const InFlight z = peak_in_flight(build_schedule(ScheduleKind::ZeroBubbleH1, r, p, m));
+        const InFlight o = peak_in_flight(build_schedule(ScheduleKind::OneFOneB, r, p, m));
+        EXPECT_EQ(o.activations, std::min(p - r, m)) << "rank " << r;
+        EXPECT_EQ(o.weight_pending, 1) << "rank " << r;
+        EXPECT_LE(z.activations, std::min(p, m)) << "rank " << r;
+        EXPECT_EQ(z.weight_pending, std::min(r + 1, m)) << "rank " << r;
+        zb = std::max(zb, z.activations);
+        ofob = std::max(ofob, o.activations);
+      }
+      EXPECT_EQ(zb, ofob);
+    }
+}
+
+TEST(ZeroBubbleH1, ShapeAndErrors) {
+  // p=2 m=4: rank 0 runs W right after each B; rank 1 (the last) delays W by one.
+  auto compute = [](const std::vector<Action>& l) {
+    std::string s;
+    for (const Action& a : l)
+      if (a.type == ActionType::Forward || a.type == ActionType::Backward || a.type == ActionType::Weight)
+        s += std::string(to_string(a.type)) + std::to_string(a.micro_batch) + " ";
+    return s;
+  };
+  EXPECT_EQ(compute(build_schedule(ScheduleKind::ZeroBubbleH1, 0, 2, 4)), "F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3 ");
+  EXPECT_EQ(compute(build_schedule(ScheduleKind::ZeroBubbleH1, 1, 2, 4)), "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3 ");
+  // Fused schedules: W directly after B (and after the gradient's send).
+  EXPECT_EQ(compute(build_schedule(ScheduleKind::OneFOneB, 1, 2, 2)), "F0 B0 W0 F1 B1 W1 ");
+  EXPECT_EQ(parse_schedule_kind("zb1"), ScheduleKind::ZeroBubbleH1);
+  EXPECT_STREQ(to_string(ScheduleKind::ZeroBubbleH1), "zb1");
+  EXPECT_THROW(build_schedule(ScheduleKind::ZeroBubbleH1, 0, 2, 4, 2), wlb::core::ConfigError);
+  // Evaluation drops B, W and gradient messages.
+  wlb::core::ParallelConfig par;
+  par.pp = 2;
+  par.schedule = "zb1";
+  for (const Action& a : training_action_list(par, 1, 4, false))
+    EXPECT_TRUE(a.type == ActionType::Forward || a.type == ActionType::RecvAct) << to_string(a);
+  // The simulator rejects a W before its B.
+  std::vector<std::vector<Action>> l(1);
+  l[0] = {{ActionType::Forward, 0, 0, -1}, {ActionType::Weight, 0, 0, -1}, {ActionType::Backward, 0, 0, -1}};
+  EXPECT_THROW(simulate_schedule(l, 1, 1, StageTimes::uniform(1, 1, 1, 1, 1)), wlb::core::InternalError);
+}

@@ -29,7 +29,7 @@ SimResult sim(const char* schedule, int pp, int v, const StageTimes& t) {
 // lists the planner simulates are the lists the trainer's executor runs.
 TEST(PlannerSimulation, SimulatesTheTrainersActionLists) {
   int checked = 0;
-  for (const char* s : {"gpipe", "1f1b", "interleaved", "bfs"})
+  for (const char* s : {"gpipe", "1f1b", "interleaved", "bfs", "zb1"})
     for (int p = 1; p <= 4; ++p)
       for (int m = 1; m <= 8; ++m)
         for (int v = 1; v <= 2; ++v) {
@@ -38,7 +38,8 @@ TEST(PlannerSimulation, SimulatesTheTrainersActionLists) {
           par.virtual_stages = v;
           par.schedule = s;
           const auto kind = parse_schedule_kind(s);
-          const bool legal = !(v > 1 && (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB)) &&
+          const bool legal = !(v > 1 && (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB ||
+                                          kind == ScheduleKind::ZeroBubbleH1)) &&
                              !(kind == ScheduleKind::Interleaved && v > 1 && m % p != 0);
           if (!legal) {
             EXPECT_THROW(planner_action_lists(par, m), wlb::core::ConfigError);
@@ -192,4 +193,19 @@ TEST(PlannerSimulation, RejectsBadInput) {
   StageTimes t = uniform(2, 4, 1, 1);
   t.p2p.assign(3, 0.1);
   EXPECT_THROW(simulate_schedule(planner_action_lists(par, 4), 2, 1, t), wlb::core::InternalError);
+}
+
+// The planner's step time for zb1 against 1f1b on the same plan: the planner
+// splits each backward into B and W (simulate.hpp) and the zb1 lists fill the
+// cool-down with W, so the simulated step is shorter and the bubble smaller.
+TEST(PlannerSimulation, ZeroBubbleBeatsOneFOneBWithSplitTimes) {
+  for (int pp : {2, 4}) {
+    const int m = 8;
+    StageTimes t = uniform(pp, m, 1.0, 1.0);
+    t.weight.assign(std::size_t(m), std::vector<double>(std::size_t(pp), 1.0));
+    const auto z = sim("zb1", pp, 1, t), o = sim("1f1b", pp, 1, t);
+    EXPECT_NEAR(z.makespan, 3.0 * m + (pp - 1) * 1.0, 1e-9) << pp;  // (p-1)(F+B-W)
+    EXPECT_NEAR(o.makespan, 3.0 * m + (pp - 1) * 2.0, 1e-9) << pp;  // split 1F1B: (p-1)(F+B)
+    EXPECT_LT(z.bubble_fraction(), o.bubble_fraction());
+  }
 }

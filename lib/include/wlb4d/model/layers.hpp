@@ -43,6 +43,18 @@ template <class Scalar>
 void linear_backward(const View2<Scalar>& x, const View2<Scalar>& w, const View2<Scalar>& dy,
                      const View2<Scalar>& dx, const View2<Scalar>& dw, Scalar beta_dx = Scalar(0));
 
+/// The two halves of linear_backward, for the split backward of zero-bubble
+/// pipeline schedules (Qi et al. 2024, arXiv 2401.10241, §2: B needs dx, W
+/// needs x and dy). linear_backward = linear_backward_input then
+/// linear_backward_weight, the same GEMMs, so the results are bit-identical.
+///   dx[T][in] = beta_dx·dx + dy[T][out] · W[out][in]          FLOP 2·T·in·out
+template <class Scalar>
+void linear_backward_input(const View2<Scalar>& w, const View2<Scalar>& dy, const View2<Scalar>& dx,
+                           Scalar beta_dx = Scalar(0));
+///   dW[out][in] += dy[T][out]ᵀ · x[T][in]                     FLOP 2·T·in·out
+template <class Scalar>
+void linear_backward_weight(const View2<Scalar>& x, const View2<Scalar>& dy, const View2<Scalar>& dw);
+
 // ---- token embedding (vocab-parallel) --------------------------------------------
 
 /// out[t][:] = table[ids[t] − v0][:] if v0 ≤ ids[t] < v0 + table.extent(0),

@@ -69,6 +69,27 @@
 /// bit-identical to recompute = none; full recompute repeats the layer's CP
 /// K/V all-gather.
 ///
+/// Split backward (zero-bubble pipelines; Qi et al., "Zero Bubble Pipeline
+/// Parallelism", ICLR 2024, arXiv 2401.10241, §2): backward_input (B) computes
+/// the gradient of the stage input (what the previous stage waits for), the
+/// norm-weight and embedding gradients; backward_weight (W) computes the
+/// weight gradients of every GEMM (wq, wk, wv, wo, w_gate, w_up, w_down, LM
+/// head), dW += dYᵀ·X, and may run any time later. What W needs is kept from B
+/// to W in the slot: the GEMM inputs X (xn1, o, xn2, act and the final-norm
+/// output, already saved by the forward) and the output gradients dY, written
+/// by B into fields of the slot that B no longer needs (dQ/dK/dV into q/k/v,
+/// dgate/dup into gate/up, d(attention output) into h1, d(layer output) into
+/// the next layer's x_in or the stage output; the LM head's dlogits stay in
+/// place), so with model.recompute = none the split costs no memory. Fields a
+/// recomputed layer does not keep live in `weight_slots` W stashes (one per
+/// B whose W is pending), allocated at construction. Under sequence
+/// parallelism the norm outputs and the residual-stream gradients are kept at
+/// Ts rows and all-gathered over TP again inside W. The GEMMs are those of
+/// linear_backward on the same operands, so B then W gives bit-identical
+/// gradients to the fused backward(), which runs each GEMM's W right after its
+/// B on the live operands and needs no W stash (weight_slots = 0: schedules
+/// that never delay W, so full recompute keeps its memory saving).
+///
 /// FLOP counting (per optimizer step, the PaLM / Megatron-LM "model FLOPs"
 /// convention, Chowdhery et al. 2022 App. B; no recomputation counted):
 ///   model_flops = 6 · N_mm · tokens + 12 · layers · Hq · D · pairs
@@ -178,9 +199,12 @@ class Transformer {
   /// \param sequence_parallel parallel.sequence_parallel (see the file
   ///        comment); ignored when tp.size() == 1
   /// \throws wlb::core::ConfigError from validate_shard(); std::invalid_argument
-  ///         if slots < 1, max_tokens < 1 or stage's TP fields differ from tp.
+  ///         if slots < 1, weight_slots < 0, max_tokens < 1 or stage's TP fields differ from tp.
+  /// \param weight_slots W stashes: backward_input calls whose
+  ///        backward_weight may be pending at once; 0: backward() only (no
+  ///        stash memory; backward_input then throws)
   Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage, comm::Communicator tp,
-              int slots, std::int64_t max_tokens, bool sequence_parallel = false);
+              int slots, std::int64_t max_tokens, bool sequence_parallel = false, int weight_slots = 1);
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
@@ -214,6 +238,23 @@ class Transformer {
   View2<Scalar> backward(int slot, const MicroBatchInput& mb, const View2<Scalar>& grad_output = {},
                          double grad_scale = 1.0);
 
+  /// B of the split backward (see the file comment): the input gradient (the
+  /// return value, as backward()'s), the norm-weight and embedding gradients,
+  /// and the output gradients W needs, kept in `slot` and W stash `wslot`. The
+  /// slot stays held until backward_weight(slot, wslot). Same parameters as
+  /// backward().
+  /// \throws std::logic_error if the slot holds no forward or its B already
+  ///         ran, or wslot is held by another pending W; std::invalid_argument
+  ///         for a bad slot/wslot (any wslot when weight_slots() = 0) or a token
+  ///         count differing from the forward's.
+  View2<Scalar> backward_input(int slot, int wslot, const MicroBatchInput& mb, const View2<Scalar>& grad_output = {},
+                               double grad_scale = 1.0);
+  /// W of the split backward: adds the GEMM weight gradients of the B stored
+  /// in (slot, wslot) to params().grads() and frees both. Under sequence
+  /// parallelism it all-gathers over TP (every TP rank runs the same W).
+  /// \throws std::logic_error if (slot, wslot) holds no pending W.
+  void backward_weight(int slot, int wslot);
+
   /// Forgets the forward pending in `slot` without running its backward
   /// (evaluation, finite-difference probes). No-op if none is pending.
   void discard(int slot);
@@ -235,10 +276,14 @@ class Transformer {
   bool sequence_parallel() const { return sp_; }
 
   int slots() const { return int(slot_tokens_.size()); }
+  int weight_slots() const { return int(wslot_owner_.size()); }
   std::int64_t max_tokens() const { return cap_; }
   const ModelShard& stage() const { return params_.shard(); }
 
  private:
+  /// backward_input (wslot >= 0) or the fused backward (wslot = -1).
+  View2<Scalar> backward_impl(int slot, int wslot, const MicroBatchInput& mb, const View2<Scalar>& grad_output,
+                              double grad_scale);
   // Field order of one layer's saved activations (see workspace layout in .cpp).
   enum Field { kXin, kRstd1, kXn1, kQ, kK, kV, kO, kLse, kH1, kRstd2, kXn2, kG, kU, kA, kNumFields };
   enum Top { kXout, kRstdF, kXnF, kLogits, kCeLse, kNumTop };
@@ -264,6 +309,12 @@ class Transformer {
   void mlp_block_forward(int slot, int l, const MicroBatchInput& mb, bool down);
   void recompute(int slot, int l, const MicroBatchInput& mb);
   Scalar* field(int slot, int layer, Field f) const;
+  /// Where W finds field f of layer l for the B in (slot, wslot): the slot's
+  /// own field if the layer keeps it, else W stash wslot.
+  Scalar* wfield(int slot, int wslot, int layer, Field f) const;
+  /// The slot field that holds d(layer l's output) between B and W: x_in of layer l+1, or the stage output.
+  Scalar* dout_field(int slot, int layer) const;
+  void check_slot(const char* fn, int slot) const;
   Scalar* top(int slot, Top f) const;
   Scalar* scratch(Scratch f) const;
   void allreduce_tp(const View2<Scalar>& x) const;
@@ -298,6 +349,11 @@ class Transformer {
   View1<Scalar> ws_;                      // all slots
   View1<Scalar> scr_;                     // shared gradient scratch
   std::vector<std::int64_t> slot_tokens_; // T of the pending forward, -1: none
+  std::vector<char> slot_b_done_;         // B ran, W pending
+  std::vector<int> wslot_owner_;          // per W stash: the slot whose W is pending, -1: free
+  std::vector<std::vector<std::int64_t>> wst_off_;  // [layer][Field]: offset in a W stash (elements); -1: in the slot
+  std::int64_t wst_size_ = 0;             // elements per W stash
+  View1<Scalar> wst_;                     // all W stashes (empty with recompute = none)
   std::shared_ptr<KvExchange<Scalar>> kvx_;
   View1<Scalar> norm_grad_;               // SP: partial norm-weight gradients of one backward
   mutable std::vector<int> sp_counts_, sp_displs_;

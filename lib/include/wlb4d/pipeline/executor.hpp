@@ -22,10 +22,17 @@
 ///
 /// Workspace slots: each chunk keeps the activations of `slots` micro-batches
 /// in flight, slots = micro_batches_in_flight() (memory_model.hpp): the most
-/// forwards pending on one chunk in this rank's action list (1F1B p − r on
-/// pipeline rank r, GPipe and BFS m, interleaved as its list says). Each
-/// chunk's pending micro-batches are consecutive, so slot = mb mod slots never
-/// collides.
+/// micro-batches held on one chunk in this rank's action list, from F to W
+/// (1F1B p − r on pipeline rank r, ZB-H1 min(p, m), GPipe and BFS m,
+/// interleaved as its list says). Each chunk's held micro-batches are
+/// consecutive, so slot = mb mod slots never collides. Under ZB-H1 (W
+/// delayed) and whenever model.recompute = none, Backward actions run
+/// Transformer::backward_input and Weight actions backward_weight, with W
+/// stashes wslot = mb mod weight_stashes() (ZB-H1: min(r + 1, m); otherwise
+/// one, of zero size without recompute). With recompute, the other schedules
+/// run the fused backward() at B (no stash: a stage-level W would need every
+/// recomputed layer's operands kept) and their Weight actions do nothing.
+/// Both count as backward time.
 
 #include "wlb4d/balance/plan.hpp"
 #include "wlb4d/core/config.hpp"
@@ -106,6 +113,7 @@ class Executor {
   std::vector<Action> action_list(bool backward) const;
   void forward(const Action& a, bool backward, RunStats& st);
   void backward(const Action& a, double grad_scale, RunStats& st);
+  void weight(const Action& a, RunStats& st);
   void send(const Action& a, RunStats& st);
   void receive(const Action& a, RunStats& st);
   void bind_cp(int micro_batch);
@@ -118,6 +126,8 @@ class Executor {
   const grid::ProcessGrid& grid_;
   std::int64_t cap_ = 0;
   int slots_ = 1;
+  int wslots_ = 0;       // W stashes per chunk (ZB-H1 only)
+  bool split_w_ = false;  // Backward runs B only, Weight runs W (ZB-H1)
   std::vector<std::unique_ptr<model::Transformer<float>>> chunks_;
   std::shared_ptr<model::CpKvExchange> kvx_;
   std::unique_ptr<Loaded> loaded_;

@@ -92,13 +92,21 @@ struct MemoryOptions {
   int dpcp_rank = 0;          ///< this rank in the DP×CP group (ZeRO-1 shard; 0 holds the largest)
 };
 
-/// s of the file comment: the most forwards pending on one local chunk of
-/// pipeline rank pp_rank's action list for m micro-batches when every chunk's
-/// pending micro-batches stay consecutive (then slot = mb mod s is safe), else
-/// m. For m·pp·virtual_stages above 2^22 the lists are not built: 1F1B gives
-/// min(m, p − r), the others m (an upper bound).
+/// s of the file comment: the most micro-batches held on one local chunk of
+/// pipeline rank pp_rank's action list for m micro-batches — from its forward
+/// to its W (the workspace slot is free only then; for schedules that do not
+/// delay W this is F to B) — when every chunk's held micro-batches stay
+/// consecutive (then slot = mb mod s is safe), else m. For
+/// m·pp·virtual_stages above 2^22 the lists are not built: 1F1B gives
+/// min(m, p − r), ZB-H1 min(m, p), the others m (an upper bound).
 /// \throws core::ConfigError as training_action_list.
 int micro_batches_in_flight(const core::ParallelConfig& par, int pp_rank, int m);
+
+/// W stashes the executor allocates per chunk (model::Transformer
+/// weight_slots): the most W's pending at once on one chunk of the rank's
+/// list under ZB-H1 (min(r + 1, m)); 0 for the other schedules, which run the
+/// fused backward.
+int weight_stashes(const core::ParallelConfig& par, int pp_rank, int m);
 
 /// The estimate of pipeline rank pp_rank, TP rank tp_rank for `vocab` (the
 /// model's vocabulary: padded model.vocab_size or the dataset's).

@@ -26,8 +26,25 @@
 ///   placement; every micro-batch passes a local chunk before the next local
 ///   chunk: forwards for vs = 0..v-1 (mb 0..m-1 each), then backwards for
 ///   vs = v-1..0 (mb 0..m-1 each). With v = 1 it is GPipe.
+/// - ZeroBubbleH1 (ZB-H1, Qi et al., "Zero Bubble Pipeline Parallelism", ICLR
+///   2024, arXiv 2401.10241, §3.1 "handcrafted schedules"): 1F1B's order of F
+///   and B, with the backward split into B (input gradient, on the critical
+///   path) and W (weight gradient, needed only by the optimizer). Rank r
+///   delays its W's by r micro-batches: after its k-th B it runs W of
+///   micro-batch k − r (k ≥ r), and the remaining W's after its last B, so
+///   the W's of the later stages fill the cool-down bubble. Peak activations
+///   (micro-batches whose F ran and whose W has not) are min(p, m) on every
+///   rank, 1F1B's peak (rank 0). Bubble for uniform micro-batches (per rank
+///   idle time; the simulator reproduces it, tests/unit/pipeline):
+///     ZB-H1 (p−1)·(T_F + T_B − T_W)   vs   1F1B (p−1)·(T_F + T_B + T_W)
+///   (1F1B with a fused backward; valid for T_W ≤ T_F; at the paper's
+///   T_F = T_B = T_W a third of 1F1B's bubble). 1F1B with the split, which
+///   sends each gradient before its W, idles (p−1)·(T_F + T_B). v = 1.
+/// Every other schedule runs each W right after its B (and after the sends
+/// that directly follow that B, so the previous stage gets its gradient
+/// first): the compute order of their forwards and backwards is unchanged.
 ///
-/// Fewer micro-batches than stages (m < p): GPipe, 1F1B and BFS are correct
+/// Fewer micro-batches than stages (m < p): GPipe, 1F1B, ZB-H1 and BFS are correct
 /// (no deadlock; the bubble grows). Interleaved with v > 1 needs m % p == 0, so
 /// m >= p (ConfigError otherwise).
 ///
@@ -37,7 +54,7 @@
 /// matching receive has taken the message). A receive always precedes the
 /// compute that needs it; a send follows the compute that produced it. The
 /// builder places messages by simulating all ranks together (uniform times
-/// F = 1, B = 2 per chunk, zero latency) and recording one global sequence of
+/// F = 1, B = 2 per chunk — ZB-H1: F = B = W = 1 —, zero latency) and recording one global sequence of
 /// events in which every send/recv pair is a single event: each rank's list is
 /// a projection of that sequence, which makes the set of lists deadlock-free
 /// under blocking semantics for any compute durations, and MPI's
@@ -51,9 +68,9 @@
 
 namespace wlb::pipeline {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved, BreadthFirst };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved, BreadthFirst, ZeroBubbleH1 };
 
-/// "gpipe" | "1f1b" | "interleaved" | "bfs" (the values of parallel.schedule).
+/// "gpipe" | "1f1b" | "interleaved" | "bfs" | "zb1" (the values of parallel.schedule).
 /// \throws ConfigError naming the accepted values.
 ScheduleKind parse_schedule_kind(const std::string& name);
 const char* to_string(ScheduleKind k);
@@ -64,7 +81,10 @@ const char* to_string(ScheduleKind k);
 /// - RecvAct:  input activation of local chunk vs (global c) <- rank of c-1;
 /// - SendGrad: gradient w.r.t. the input of local chunk vs   -> rank of c-1;
 /// - RecvGrad: gradient w.r.t. the output of local chunk vs  <- rank of c+1.
-enum class ActionType { Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad };
+/// Backward is B, the input-gradient part of the backward (it produces what
+/// SendGrad sends); Weight is W, the weight-gradient part (local, after its
+/// B; model::Transformer::backward_input / backward_weight).
+enum class ActionType { Forward, Backward, SendAct, RecvAct, SendGrad, RecvGrad, Weight };
 const char* to_string(ActionType t);
 
 struct Action {
@@ -76,7 +96,7 @@ struct Action {
     return type == o.type && micro_batch == o.micro_batch && virtual_stage == o.virtual_stage && peer == o.peer;
   }
 };
-std::string to_string(const Action& a);  ///< e.g. "F(mb=3,vs=1)", "SendAct(mb=0,vs=0)->2"
+std::string to_string(const Action& a);  ///< e.g. "F(mb=3,vs=1)", "W(mb=2,vs=0)", "SendAct(mb=0,vs=0)->2"
 
 /// Global chunk index of (pp_rank, local chunk vs): vs·p + pp_rank.
 inline int global_chunk(int pp_rank, int vs, int pp_size) { return vs * pp_size + pp_rank; }
@@ -94,12 +114,24 @@ std::vector<std::vector<Action>> build_all_schedules(ScheduleKind kind, int pp_s
 /// The action list the trainer's executor runs on pipeline rank pp_rank for m
 /// micro-batches of one replica, and the list the planner simulates
 /// (simulate.hpp): build_schedule(parallel.schedule, pp_rank, pp, m,
-/// virtual_stages). With backward = false (evaluation) the Backward, SendGrad
-/// and RecvGrad actions are dropped — a consistent projection of the global
+/// virtual_stages). With backward = false (evaluation) the Backward, Weight,
+/// SendGrad and RecvGrad actions are dropped — a consistent projection of the global
 /// event order, so still deadlock-free — and interleaved with m % pp != 0 (a
 /// short last evaluation round) runs breadth-first (same looped placement).
 /// \throws ConfigError as build_schedule.
 std::vector<Action> training_action_list(const core::ParallelConfig& par, int pp_rank, int m, bool backward);
+
+/// Peak micro-batches a rank holds while running `list` (max over the list
+/// and over local chunks): `activations` = forward done, W not yet (the
+/// saved activations W still reads); `weight_pending` = B done, W not yet.
+/// In a list without Weight actions a Backward counts as B and W together.
+/// 1F1B: activations = min(p − r, m), weight_pending = 1; ZB-H1:
+/// activations = min(p, m), weight_pending = min(r + 1, m).
+struct InFlight {
+  int activations = 0;
+  int weight_pending = 0;
+};
+InFlight peak_in_flight(const std::vector<Action>& list, int virtual_stages = 1);
 
 /// MPI tag for a message action: equal on the sending and the receiving side of
 /// one pair; distinct for activations vs gradients and per chunk boundary (at
@@ -131,15 +163,17 @@ enum class P2PMode {
 };
 
 /// Per-micro-batch, per-global-chunk durations (seconds, or any unit):
-/// forward[mb][c] and backward[mb][c], c in [0, p·v).
+/// forward[mb][c], backward[mb][c] (B) and weight[mb][c] (W), c in [0, p·v).
 struct StageTimes {
   std::vector<std::vector<double>> forward;
   std::vector<std::vector<double>> backward;
+  /// W durations; empty: every W takes 0 (backward then holds B + W).
+  std::vector<std::vector<double>> weight;
   /// Optional latency of each message of micro-batch mb (seconds); empty:
   /// every message takes simulate_schedule's p2p_latency.
   std::vector<double> p2p;
-  /// Every micro-batch and chunk takes f (forward) and b (backward).
-  static StageTimes uniform(int num_micro_batches, int num_chunks, double f, double b);
+  /// Every micro-batch and chunk takes f (forward), b (B) and w (W; 0: weight left empty).
+  static StageTimes uniform(int num_micro_batches, int num_chunks, double f, double b, double w = 0);
 };
 
 struct SimResult {
@@ -157,7 +191,8 @@ struct SimResult {
 /// the same data.
 /// \throws core::InternalError if the times do not match the lists' shape, a
 ///         list is inconsistent (a message names a different micro-batch/chunk
-///         than its partner expects, a compute lacks its input) or the lists
+///         than its partner expects, a compute lacks its input, a W precedes
+///         its B) or the lists
 ///         deadlock; the message names the stuck actions.
 SimResult simulate_schedule(const std::vector<std::vector<Action>>& schedules, int pp_size, int virtual_stages,
                             const StageTimes& times, double p2p_latency = 0.0,

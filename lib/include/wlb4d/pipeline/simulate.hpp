@@ -14,8 +14,10 @@
 ///   * per layer and micro-batch, CP rank r: linear work c + a·tokens_r and
 ///     attention attn_r (CostModel::rank_latencies); forward = linear/3 +
 ///     attn/3.5, backward = the rest (GEMM backward = 2× forward, FA2
-///     backward ≈ 2.5× forward, docs/wlb-llm.md §3.5); the CP group waits for its
-///     slowest rank (max over r, forward and backward separately);
+///     backward ≈ 2.5× forward, docs/wlb-llm.md §3.5), split into B =
+///     linear/3 + attn·2.5/3.5 (input gradients) and W = linear/3 (weight
+///     gradients); the CP group waits for its slowest rank (max over r, each
+///     part separately);
 ///   * CP all-gather of K and V per layer forward (and reduce-scatter of dK,
 ///     dV backward), ring: (cp−1)·(α + β·bytes_per_rank), bytes_per_rank =
 ///     tokens/cp · 2·max(1, kv_heads/tp)·head_dim · 2 bytes (bf16);
