@@ -478,8 +478,9 @@ void validate(const Config& c) {
     fail(fmt::format("parallel.tp={} must divide model.heads={}", p.tp, m.heads));
   if (m.kv_heads % p.tp != 0)
     fail(fmt::format("parallel.tp={} must divide model.kv_heads={}", p.tp, m.kv_heads));
-  if (m.ffn_hidden % p.tp != 0)
-    fail(fmt::format("parallel.tp={} must divide model.ffn_hidden={}", p.tp, m.ffn_hidden));
+  if (m.ffn_hidden < p.tp)  // uneven shards are legal (params.hpp split_range); empty ones are not
+    fail(fmt::format("model.ffn_hidden={} must be >= parallel.tp={} (every TP rank needs an FFN column)", m.ffn_hidden,
+                     p.tp));
   if (p.sequence_parallel && p.tp < 2)
     fail(fmt::format("parallel.sequence_parallel=true needs parallel.tp > 1 (got parallel.tp={}): it splits the "
                      "norm/residual tokens over the TP group",
@@ -630,7 +631,7 @@ std::string layout_rules() {
   return "  parallel.dp*pp*cp*tp = the number of MPI ranks (mpiexec -n, or --check-ranks N)\n"
          "  model.heads divides model.d_model, and head_dim = d_model/heads is even (RoPE)\n"
          "  model.kv_heads divides model.heads (GQA)\n"
-         "  parallel.tp divides model.heads, model.kv_heads and model.ffn_hidden\n"
+         "  parallel.tp divides model.heads and model.kv_heads; model.ffn_hidden >= parallel.tp (may split unevenly)\n"
          "  parallel.pp*parallel.virtual_stages <= model.layers (every stage needs a layer)\n"
          "  parallel.virtual_stages > 1 needs parallel.schedule = interleaved or bfs\n"
          "  parallel.dp divides train.micro_batches\n"

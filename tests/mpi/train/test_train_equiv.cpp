@@ -511,6 +511,17 @@ TEST(Np2Uneven, WlbTinyMicroBatchesContextParallel) {
 
 // ---- 4 ranks --------------------------------------------------------------------------
 
+// model.ffn_hidden not divisible by tp: uneven FFN column shards (params.hpp
+// split_range), 47 = 24 + 23 on tp=2 and 50 = 13+13+12+12 on tp=4.
+TEST(Np2Uneven, TensorParallelUnevenFfn) {
+  REQUIRE_WORLD(2);
+  expect_equivalent(lay(1, 1, 1, 2), {"model.ffn_hidden=47"});
+}
+TEST(Np4Axes, TensorParallel4UnevenFfn) {
+  REQUIRE_WORLD(4);
+  expect_equivalent(lay(1, 1, 1, 4), {"model.kv_heads=4", "model.ffn_hidden=50"});
+}
+
 TEST(Np4Axes, TensorParallel4) {
   REQUIRE_WORLD(4);
   // vocab 97 = 25 + 24 + 24 + 24

@@ -28,7 +28,8 @@
 /// n/p + (r < n%p) elements starting at r·(n/p) + min(r, n%p), so uneven
 /// shards are legal (vocab 97 on tp=2: 49 + 48). Heads split whole: rank r
 /// holds query heads [r·Hq/p, (r+1)·Hq/p) and kv heads [r·Hkv/p, ...); this
-/// needs p | Hq and p | Hkv. F may split unevenly.
+/// needs p | Hq and p | Hkv. F may split unevenly (the deck needs F >= p,
+/// core::validate; layout equivalence tests cover F = 47 on tp = 2, 50 on 4).
 ///
 /// Storage: all values of this rank live in one contiguous View1 (values()),
 /// all gradients in another (grads()), in registry order; each Param's
