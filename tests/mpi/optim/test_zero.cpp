@@ -106,3 +106,29 @@ TEST(Zero1, RejectsUnknownStage) {
   const std::vector<model::ParamRegistry<float>*> chunks = {&a};
   EXPECT_THROW(optim::Optimizer(core::OptimConfig{}, 4, g, chunks, 2), core::ConfigError);
 }
+
+// A non-finite gradient names the step counted from 1 (as the progress lines)
+// and the first such tensor; under ZeRO-1 the rank that owns it names it.
+TEST(Zero1, NonFiniteGradientNamesStepFromOneAndTheTensor) {
+  for (int zero : {0, 1}) {
+    grid::ProcessGrid g(1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF);
+    model::ParamRegistry<float> a(tiny_model(), 37, model::ModelShard{});
+    a.init_parameters(5);
+    fill_grads(a, 0, 0);
+    const auto& p = a.at("layers.1.mlp.w_up");
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.grad);
+    h(3) = std::nanf("");
+    Kokkos::deep_copy(p.grad, h);
+    const std::vector<model::ParamRegistry<float>*> chunks = {&a};
+    optim::Optimizer opt(core::OptimConfig{}, 4, g, chunks, zero);
+    opt.reduce_gradients();
+    try {
+      opt.step(2, 1.0);
+      ADD_FAILURE() << "no NumericsError (zero=" << zero << ")";
+    } catch (const core::NumericsError& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find("at step 3 "), std::string::npos) << w;
+      EXPECT_NE(w.find("gradient of layers.1.mlp.w_up"), std::string::npos) << w;
+    }
+  }
+}
