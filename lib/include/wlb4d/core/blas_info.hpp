@@ -11,7 +11,8 @@
 /// probe_blas() finds OpenBLAS at run time (dlsym of openblas_get_corename and
 /// openblas_get_num_threads: no link dependency, any other BLAS reports
 /// "not OpenBLAS") and compares the kernel's instruction set with the CPU's
-/// (GCC/Clang __builtin_cpu_supports on x86-64).
+/// (GCC/Clang __builtin_cpu_supports on x86-64). Nothing here throws: a
+/// missing symbol or a non-x86 CPU gives "not OpenBLAS" / Unknown and no advice.
 
 #include <string>
 
