@@ -4,8 +4,10 @@
 // (rank 0 does the work if launched under mpiexec).
 //
 //   wlb4d-plan DECK [--section.key=value ...] [--csv FILE]
+//   wlb4d-plan DECK --search [--top N] [--write-deck FILE]   (DESIGN §11, pipeline/search.hpp)
 #include "tool_version.hpp"
 #include "wlb4d/balance/doc_source.hpp"
+#include "wlb4d/pipeline/search.hpp"
 #include "wlb4d/pipeline/simulate.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
     // The deck parser takes one positional (the deck): join "--csv FILE" first.
     std::vector<std::string> args(av, av + ac);
     for (std::size_t i = 1; i + 1 < args.size(); ++i) {
-      if (args[i] == "--csv") {
+      if (args[i] == "--csv" || args[i] == "--top" || args[i] == "--write-deck") {
         args[i] += "=" + args[i + 1];
         args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
       }
@@ -71,19 +73,40 @@ int main(int argc, char** argv) {
     std::vector<const char*> argp;
     for (const auto& a : args) argp.push_back(a.c_str());
     CommandLine cl = parse_command_line(static_cast<int>(argp.size()), argp.data());
-    std::string csv;
+    std::string csv, write_deck;
+    bool search = false;
+    int top = 5;
+    const char* usage = "wlb4d-plan takes DECK [--csv FILE] or DECK --search [--top N] [--write-deck FILE]";
     for (std::size_t i = 0; i < cl.extra.size(); ++i) {
       const std::string& a = cl.extra[i];
       if (a.rfind("--csv=", 0) == 0) {
         csv = a.substr(6);
+      } else if (a == "--search") {
+        search = true;
+      } else if (a.rfind("--top=", 0) == 0) {
+        std::size_t pos = 0;
+        try {
+          top = std::stoi(a.substr(6), &pos);
+        } catch (...) {
+          pos = 0;
+        }
+        if (pos == 0 || pos != a.size() - 6 || top < 1)
+          throw ConfigError("--top '" + a.substr(6) + "' must be a count >= 1 (rows of the --search table)");
+      } else if (a.rfind("--write-deck=", 0) == 0) {
+        write_deck = a.substr(13);
+        if (write_deck.empty()) throw ConfigError("--write-deck needs a file name");
       } else {
-        throw ConfigError("unknown command-line argument '" + a + "' (wlb4d-plan takes DECK [--csv FILE])");
+        throw ConfigError("unknown command-line argument '" + a + "' (" + usage + ")");
       }
     }
+    if (!search && (top != 5 || !write_deck.empty()))
+      throw ConfigError(std::string("--top and --write-deck need --search (") + usage + ")");
+    if (search && !csv.empty()) throw ConfigError(std::string("--csv does not apply to --search (") + usage + ")");
     if (world_rank() != 0) return 0;  // every rank checked the command line; rank 0 simulates
     if (cl.help) {  // only the keys the planner reads
       std::printf("wlb4d-plan %s (%s)\n%s", kVersion, kGitSha,
-                  deck_help("usage: wlb4d-plan DECK [--section.key=value ...] [--csv FILE] [--print-config] [--version]",
+                  deck_help("usage: wlb4d-plan DECK [--section.key=value ...] [--csv FILE] [--print-config] [--version]\n"
+                            "       wlb4d-plan DECK [--section.key=value ...] --search [--top N] [--write-deck FILE]",
                             {"model.layers", "model.d_model", "model.heads", "model.kv_heads", "model.ffn_hidden",
                              "parallel.dp", "parallel.pp", "parallel.cp", "parallel.tp", "parallel.schedule",
                              "parallel.virtual_stages", "train.micro_batches", "train.max_seq_len", "train.seed",
@@ -107,6 +130,17 @@ int main(int argc, char** argv) {
     const auto lengths = (ext == ".h5" || ext == ".hdf5") ? lengths_from_hdf5(path)
                                                           : wlb::balance::load_lengths_json(path);
     std::printf("document lengths: %s (%zu documents)\n", path.c_str(), lengths.size());
+    if (search) {
+      const auto rep = wlb::pipeline::search_layouts(cfg, lengths);
+      std::printf("%s", wlb::pipeline::format_search(rep, top).c_str());
+      if (!write_deck.empty()) {
+        std::ofstream out(write_deck);
+        out << wlb::pipeline::search_deck(rep.ranked.front(), fs::absolute(path).lexically_normal().string());
+        if (!out) throw DataError("cannot write --write-deck file '" + write_deck + "'");
+        std::printf("wrote %s (%s)\n", write_deck.c_str(), rep.ranked.front().label().c_str());
+      }
+      return 0;
+    }
     const auto report = wlb::pipeline::simulate_plan(cfg, lengths);
     std::printf("%s", wlb::pipeline::format_table(report, cfg).c_str());
     if (!csv.empty()) {

@@ -290,16 +290,64 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(std::string, plan, packers, "wlb4d-plan: packers to compare (space-separated)", any<std::string>()),
       WLB_KEY(std::string, plan, shardings, "wlb4d-plan: CP shardings to compare (space-separated)",
               any<std::string>()),
-      WLB_KEY(double, plan, alpha_s, "wlb4d-plan: per-message latency of the alpha-beta model (seconds)",
+      WLB_KEY(double, plan, alpha_s,
+              "wlb4d-plan: per-message latency of the alpha-beta model (seconds; --search: the inter-node link)",
               at_least(0.0)),
-      WLB_KEY(double, plan, beta_s_per_byte, "wlb4d-plan: seconds per byte of the alpha-beta model",
+      WLB_KEY(double, plan, beta_s_per_byte,
+              "wlb4d-plan: seconds per byte of the alpha-beta model (s/byte; --search: the inter-node link)",
               at_least(0.0)),
-      WLB_KEY(double, plan, flops_per_s, "wlb4d-plan: sustained GEMM throughput per device (FLOP/s)",
+      WLB_KEY(double, plan, flops_per_s,
+              "wlb4d-plan: sustained GEMM throughput per device at the trainer's precision, fp32 today (FLOP/s)",
               positive()),
       WLB_KEY(double, plan, device_memory_gib,
               "memory per device (GiB): wlb4d-plan marks layouts whose predicted peak per rank exceeds it; a "
               "device (CUDA) build of wlb4d refuses to start above it",
               positive()),
+      WLB_KEY(int, plan, nodes,
+              "wlb4d-plan --search: nodes of the cluster (count; 0: as many as dp*pp*cp*tp needs); "
+              "nodes*devices_per_node must be >= dp*pp*cp*tp",
+              at_least(0)),
+      WLB_KEY(int, plan, devices_per_node,
+              "wlb4d-plan --search: devices (ranks) per node (count); TP stays within a node, groups that fit "
+              "a node use the intra-node link",
+              at_least(1)),
+      WLB_KEY(double, plan, flops_per_s_bf16,
+              "wlb4d-plan: sustained bf16 GEMM throughput per device (FLOP/s; 0: plan.flops_per_s); used once the "
+              "trainer trains in bf16",
+              at_least(0.0)),
+      WLB_KEY(double, plan, attention_efficiency,
+              "wlb4d-plan: attention kernel FLOP rate / GEMM rate (dimensionless, in (0, 1])",
+              [](const double& v) {
+                return v > 0 && v <= 1 ? std::string() : std::string("must be in (0, 1]");
+              }),
+      WLB_KEY(double, plan, intra_alpha_s, "wlb4d-plan --search: per-message latency within a node (seconds)",
+              at_least(0.0)),
+      WLB_KEY(double, plan, intra_beta_s_per_byte,
+              "wlb4d-plan --search: seconds per byte within a node (s/byte; 1/bandwidth)", at_least(0.0)),
+      WLB_KEY(std::string, plan, search_micro_batches,
+              "wlb4d-plan --search: micro-batch counts per step to try (space-separated, each >= 1; empty: "
+              "train.micro_batches)",
+              [](const std::string& v) {
+                std::istringstream is(v);
+                std::string tok;
+                while (is >> tok) {
+                  std::size_t pos = 0;
+                  long long x = 0;
+                  try {
+                    x = std::stoll(tok, &pos);
+                  } catch (...) {
+                    pos = 0;
+                  }
+                  if (pos != tok.size() || x < 1 || x > 1000000)
+                    return std::string("must be empty or space-separated counts in [1, 1000000]");
+                }
+                return std::string();
+              }),
+      WLB_KEY(int, plan, search_coarse_steps,
+              "wlb4d-plan --search: simulated steps of the coarse pass over every candidate (steps)", at_least(1)),
+      WLB_KEY(int, plan, search_refine,
+              "wlb4d-plan --search: best coarse candidates re-simulated over plan.steps steps (count)",
+              at_least(1)),
   };
   return table;
 }

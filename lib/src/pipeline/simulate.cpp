@@ -36,7 +36,31 @@ double ring_allgather(double alpha, double beta, int g, double bytes_per_rank) {
 
 CostModel plan_cost_model(const core::Config& cfg) {
   if (!cfg.balance.calibrate) return CostModel::from_config(cfg);
-  return CostModel::from_model(cfg.model, cfg.parallel.tp, cfg.plan.flops_per_s);
+  return CostModel::from_model(cfg.model, cfg.parallel.tp, cfg.plan.flops_per_s, cfg.plan.attention_efficiency);
+}
+
+StepModel StepModel::uniform(const core::Config& cfg) {
+  StepModel s;
+  s.tp = s.cp = s.pp = s.dp = Link{cfg.plan.alpha_s, cfg.plan.beta_s_per_byte};
+  return s;
+}
+
+StepModel StepModel::cluster(const core::Config& cfg) {
+  const auto& p = cfg.parallel;
+  const Link intra{cfg.plan.intra_alpha_s, cfg.plan.intra_beta_s_per_byte};
+  const Link inter{cfg.plan.alpha_s, cfg.plan.beta_s_per_byte};
+  const int n = cfg.plan.devices_per_node;
+  // Grid order (DESIGN §4): TP innermost, then CP, DP, PP: a group spans the
+  // ranks [0, product of its own and the inner axes).
+  auto link = [&](long span) { return span <= n ? intra : inter; };
+  StepModel s;
+  s.tp = link(long(p.tp));
+  s.cp = link(long(p.tp) * p.cp);
+  s.dp = link(long(p.tp) * p.cp * p.dp);
+  s.pp = link(long(p.tp) * p.cp * p.dp * p.pp);  // some stage boundary crosses nodes unless all fit one
+  s.tp_comm = true;
+  s.recompute = true;
+  return s;
 }
 
 std::vector<std::vector<Action>> planner_action_lists(const core::ParallelConfig& par, int m) {
@@ -47,15 +71,21 @@ std::vector<std::vector<Action>> planner_action_lists(const core::ParallelConfig
 
 namespace {
 
+/// Communication charged per pipeline (all ranks together, seconds).
+struct CommTotals {
+  double tp = 0, cp = 0, pp = 0;
+};
+
 /// Per micro-batch and global chunk: forward and backward seconds, and the
 /// p2p time of its messages (see the model in simulate.hpp).
 StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<Sharding>& sharding,
-                         const core::Config& cfg, const CostModel& cost, const std::vector<int>& layers) {
+                         const core::Config& cfg, const CostModel& cost, const std::vector<int>& layers,
+                         const StepModel& sm, CommTotals& totals) {
   const auto& par = cfg.parallel;
   const auto& m = cfg.model;
-  const double alpha = cfg.plan.alpha_s, beta = cfg.plan.beta_s_per_byte;
   const double kv_local = std::max(1, m.kv_heads / par.tp);
   const std::size_t K = layers.size();
+  const bool full = sm.recompute && m.recompute == "full";
   StageTimes t;
   for (std::size_t i = 0; i < mbs.size(); ++i) {
     const auto& mb = mbs[i];
@@ -73,16 +103,27 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
     }
     const double T = static_cast<double>(mb.tokens());
     const double kv_bytes = T / par.cp * 2.0 * kv_local * m.head_dim() * 2.0;
-    const double ag = ring_allgather(alpha, beta, par.cp, kv_bytes);
+    const double ag = ring_allgather(sm.cp.alpha_s, sm.cp.beta_s_per_byte, par.cp, kv_bytes);
+    // Two TP all-reduces of the CP shard's activations (bf16) per layer pass.
+    const double act_bytes = T / par.cp * m.d_model * 2.0;
+    const double ar = (sm.tp_comm && par.tp > 1)
+                          ? 2.0 * 2.0 * (par.tp - 1) * (sm.tp.alpha_s + sm.tp.beta_s_per_byte * act_bytes / par.tp)
+                          : 0.0;
+    const double fwd = f + ag + ar;
+    const double bwd = b + ag + ar + (full ? fwd : 0.0);
     t.forward.emplace_back(K);
     t.backward.emplace_back(K);
     t.weight.emplace_back(K);
     for (std::size_t k = 0; k < K; ++k) {
-      t.forward.back()[k] = layers[k] * (f + ag);
-      t.backward.back()[k] = layers[k] * (b + ag);
+      t.forward.back()[k] = layers[k] * fwd;
+      t.backward.back()[k] = layers[k] * bwd;
       t.weight.back()[k] = layers[k] * w;
+      totals.tp += layers[k] * ar * (full ? 3.0 : 2.0);
+      totals.cp += layers[k] * ag * (full ? 3.0 : 2.0);
     }
-    t.p2p.push_back(alpha + beta * T / (par.cp * par.tp) * m.d_model * 2.0);
+    t.p2p.push_back(sm.pp.alpha_s + sm.pp.beta_s_per_byte * T / (par.cp * par.tp) * m.d_model * 2.0);
+    // Forward activation and backward gradient, at each of K-1 chunk boundaries.
+    totals.pp += 2.0 * double(K - 1) * t.p2p.back();
   }
   return t;
 }
@@ -90,6 +131,11 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
 }  // namespace
 
 StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost) {
+  return simulate_step_time(plan, cfg, cost, StepModel::uniform(cfg));
+}
+
+StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost,
+                            const StepModel& sm) {
   const auto& par = cfg.parallel;
   const auto& m = cfg.model;
   const int v = par.virtual_stages, K = par.pp * v;
@@ -101,18 +147,25 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
   for (std::size_t r = 0; r < plan.micro_batches.size(); ++r) {
     const int n = static_cast<int>(plan.micro_batches[r].size());
     if (n == 0) continue;
-    const StageTimes t = replica_times(plan.micro_batches[r], plan.sharding[r], cfg, cost, layers);
+    CommTotals tot;
+    const StageTimes t = replica_times(plan.micro_batches[r], plan.sharding[r], cfg, cost, layers, sm, tot);
     const auto res = simulate_schedule(planner_action_lists(par, n), par.pp, v, t, 0.0, P2PMode::Eager);
     if (res.makespan > out.seconds) {
       out.seconds = res.makespan;
       out.bubble_fraction = res.bubble_fraction();
+      out.tp_s = tot.tp / par.pp;
+      out.cp_s = tot.cp / par.pp;
+      out.pp_s = tot.pp / par.pp;
     }
   }
-  // Gradient all-reduce of one stage's layer parameters over dp·cp (bf16).
-  const double bytes = 2.0 * double(m.layer_matmul_params()) * layers[0] / par.tp;
+  // Gradient all-reduce of one stage's layer parameters over dp·cp (bf16);
+  // ZeRO-1's reduce-scatter + all-gather moves the same bytes.
+  const double bytes = 2.0 * double(m.layer_matmul_params()) * layers[0] * v / par.tp;
   const int g = par.dp * par.cp;
-  const double alpha = cfg.plan.alpha_s, beta = cfg.plan.beta_s_per_byte;
-  if (g > 1) out.seconds += 2.0 * (g - 1) * alpha + 2.0 * (g - 1) / g * bytes * beta;
+  if (g > 1) {
+    out.dp_s = 2.0 * (g - 1) * sm.dp.alpha_s + 2.0 * (g - 1) / g * bytes * sm.dp.beta_s_per_byte;
+    out.seconds += out.dp_s;
+  }
   return out;
 }
 
@@ -164,7 +217,7 @@ double planner_host_bytes(const core::Config& cfg, double mean_length) {
   return spans * 24.0 * 2 + tokens * 8.0 + actions * 16.0 * 2;
 }
 
-PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths) {
+void check_plan_bounds(const core::Config& cfg, const std::vector<std::int64_t>& lengths, double rows) {
   if (lengths.empty()) throw core::DataError("wlb4d-plan: plan.lengths holds no document lengths");
   {
     double sum = 0;
@@ -180,19 +233,21 @@ PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t
           cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.virtual_stages, core::format_bytes(need),
           core::format_bytes(have)));
   }
-  {
-    // Work bound: the simulation walks every token of every simulated step
-    // (packing, CP shards); about 1e9 tokens per CPU second here.
-    const double rows = double(words(cfg.plan.packers).size() * words(cfg.plan.shardings).size() + 1);
-    const double T = double(std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens));
-    const double work = double(cfg.plan.steps) * rows * double(cfg.train.micro_batches) * T;
-    if (work > kMaxPlanTokens)
-      throw core::ConfigError(fmt::format(
-          "wlb4d-plan: plan.steps={} x {:.0f} rows x train.micro_batches={} x {:.0f} tokens = {:.3g} simulated "
-          "tokens exceeds the planner's bound of {:.3g} (minutes of work): lower plan.steps or "
-          "train.micro_batches",
-          cfg.plan.steps, rows, cfg.train.micro_batches, T, work, kMaxPlanTokens));
-  }
+  // Work bound: the simulation walks every token of every simulated step
+  // (packing, CP shards); about 1e9 tokens per CPU second here.
+  const double T = double(std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens));
+  const double work = double(cfg.plan.steps) * rows * double(cfg.train.micro_batches) * T;
+  if (work > kMaxPlanTokens)
+    throw core::ConfigError(fmt::format(
+        "wlb4d-plan: plan.steps={} x {:.0f} rows x train.micro_batches={} x {:.0f} tokens = {:.3g} simulated "
+        "tokens exceeds the planner's bound of {:.3g} (minutes of work): lower plan.steps or "
+        "train.micro_batches",
+        cfg.plan.steps, rows, cfg.train.micro_batches, T, work, kMaxPlanTokens));
+}
+
+PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths) {
+  check_plan_bounds(cfg, lengths,
+                    double(words(cfg.plan.packers).size() * words(cfg.plan.shardings).size() + 1));
   PlanReport rep;
   rep.vocab = plan_vocab(cfg);
   rep.memory = memory_table(cfg, rep.vocab);

@@ -147,10 +147,23 @@ struct PlanConfig {
   int steps = 50;                ///< simulated optimizer steps
   std::string packers = "fixed greedy wlb";            ///< packers to compare
   std::string shardings = "sequence document adaptive";  ///< CP shardings to compare
-  double alpha_s = 5e-6;         ///< α–β comm model: latency per message (seconds)
-  double beta_s_per_byte = 2e-11;  ///< α–β comm model: seconds per byte (1/bandwidth)
-  double flops_per_s = 4e14;     ///< sustained GEMM FLOP/s per GPU for the linear-layer term
+  double alpha_s = 5e-6;         ///< α–β comm model: latency per message (seconds); inter-node link
+  double beta_s_per_byte = 2e-11;  ///< α–β comm model: seconds per byte (1/bandwidth); inter-node link
+  double flops_per_s = 4e14;     ///< sustained GEMM FLOP/s per device at the trainer's precision (fp32 today)
   double device_memory_gib = 80;  ///< memory per device (GiB, 2^30 bytes): the memory model's budget
+  // Cluster description (DESIGN §11; wlb4d-plan --search). The search maps
+  // ranks as the grid orders them (TP innermost, then CP, DP, PP) onto nodes
+  // of devices_per_node devices and charges a group the intra-node link when
+  // it fits one node, else the inter-node one (alpha_s, beta_s_per_byte).
+  int nodes = 0;                 ///< nodes of the cluster (0: as many as the deck's world needs)
+  int devices_per_node = 8;      ///< devices (ranks) per node; TP stays within a node
+  double flops_per_s_bf16 = 0;   ///< sustained bf16 GEMM FLOP/s per device (0: plan.flops_per_s)
+  double attention_efficiency = 0.6;  ///< attention kernel FLOP rate / GEMM rate (dimensionless)
+  double intra_alpha_s = 2e-6;   ///< intra-node α: latency per message (seconds)
+  double intra_beta_s_per_byte = 2.5e-12;  ///< intra-node β: seconds per byte (1/bandwidth)
+  std::string search_micro_batches;  ///< --search: micro-batch counts to try (empty: train.micro_batches)
+  int search_coarse_steps = 2;   ///< --search: steps of the coarse pass (every surviving candidate)
+  int search_refine = 16;        ///< --search: best coarse candidates re-simulated over plan.steps steps
 };
 
 /// The resolved deck.

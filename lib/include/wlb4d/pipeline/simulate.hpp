@@ -55,7 +55,7 @@ using balance::StepPlan;
 /// The simulator's cost model: the deck's balance.cost_a/b/c when
 /// balance.calibrate=false, else CostModel::from_model(model, tp,
 /// plan.flops_per_s) (an H100-like FLOP profile; attention at 60% of the GEMM
-/// rate). \throws core::ConfigError.
+/// rate, plan.attention_efficiency). \throws core::ConfigError.
 CostModel plan_cost_model(const core::Config& cfg);
 
 /// The action lists (one per pipeline rank) the planner simulates for m
@@ -64,13 +64,51 @@ CostModel plan_cost_model(const core::Config& cfg);
 /// \throws core::ConfigError as build_all_schedules.
 std::vector<std::vector<Action>> planner_action_lists(const core::ParallelConfig& par, int m);
 
-/// Simulated time of one step of `plan` (seconds), and its pipeline bubble.
+/// One link of the α–β model: a message of n bytes takes alpha_s + n·beta_s_per_byte seconds.
+struct Link {
+  double alpha_s = 0;          ///< seconds per message
+  double beta_s_per_byte = 0;  ///< seconds per byte
+};
+
+/// What simulate_step_time charges besides the cost model's compute: the
+/// link of each axis's group, and two terms the classic model leaves out.
+struct StepModel {
+  Link tp, cp, pp, dp;  ///< TP collectives, CP K/V gathers, PP p2p, DP×CP gradient reduction
+  /// Charge the TP collectives (else taken as overlapped, paper §6): per
+  /// layer and micro-batch two ring all-reduces of T/cp·d_model bf16
+  /// activations forward and two backward, 2(tp−1)·(α + β·bytes/tp) each
+  /// (under SP an all-gather + reduce-scatter pair moves the same bytes);
+  /// full recompute re-runs the forward's two.
+  bool tp_comm = false;
+  /// Charge recompute: model.recompute = full re-runs each layer's forward
+  /// (compute, CP gather and TP collectives) inside B; selective re-runs only
+  /// element-wise work the GEMM/attention cost model has no term for (0).
+  bool recompute = false;
+  /// The classic wlb4d-plan model: every axis on plan.alpha_s/plan.beta_s_per_byte,
+  /// TP overlapped, recompute not charged.
+  static StepModel uniform(const core::Config& cfg);
+  /// The search's model (DESIGN §11): ranks in grid order (TP innermost, then
+  /// CP, DP, PP) fill nodes of plan.devices_per_node; an axis whose group (for
+  /// PP: the whole pipeline) fits one node uses plan.intra_alpha_s/
+  /// intra_beta_s_per_byte, else plan.alpha_s/beta_s_per_byte; TP comm and
+  /// recompute charged.
+  static StepModel cluster(const core::Config& cfg);
+};
+
+/// Simulated time of one step of `plan` (seconds), its pipeline bubble and
+/// the communication it charged (seconds per pipeline rank, averaged over
+/// the pipeline's ranks, of the slowest replica; dp_s is serial after the
+/// pipeline).
 struct StepTime {
   double seconds = 0;
   double bubble_fraction = 0;  ///< of the slowest replica
+  double tp_s = 0, cp_s = 0, pp_s = 0, dp_s = 0;
 };
 /// \throws core::ConfigError for an invalid layout or schedule.
 StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost);
+/// The same with explicit links (StepModel::uniform(cfg) gives the overload above).
+StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost,
+                            const StepModel& model);
 
 /// One packer × sharding row.
 struct PlanRow {
@@ -115,6 +153,13 @@ std::vector<MemoryRow> memory_table(const core::Config& cfg, std::int64_t vocab)
 /// of one step holds (the step plan's spans and CP token lists, the action
 /// lists of every pipeline rank) for documents of mean length mean_length.
 double planner_host_bytes(const core::Config& cfg, double mean_length);
+
+/// The planner's bounds, before any work: planner_host_bytes() must fit the
+/// host's MemAvailable and plan.steps × rows × train.micro_batches × tokens
+/// must stay within 2e10 simulated tokens (rows: simulated settings).
+/// \throws core::ConfigError naming both numbers; core::DataError for an
+///         empty length list.
+void check_plan_bounds(const core::Config& cfg, const std::vector<std::int64_t>& lengths, double rows);
 
 /// Runs plan.packers × plan.shardings (plus fixed+sequence as the speedup
 /// baseline) for plan.steps steps, documents drawn i.i.d. from `lengths`
