@@ -60,6 +60,7 @@ StepModel StepModel::cluster(const core::Config& cfg) {
   s.pp = link(long(p.tp) * p.cp * p.dp * p.pp);  // some stage boundary crosses nodes unless all fit one
   s.tp_comm = true;
   s.recompute = true;
+  s.head_params = double(plan_vocab(cfg)) * cfg.model.d_model;
   return s;
 }
 
@@ -86,14 +87,16 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
   const double kv_local = std::max(1, m.kv_heads / par.tp);
   const std::size_t K = layers.size();
   const bool full = sm.recompute && m.recompute == "full";
+  const double head_ratio = sm.head_params / double(m.layer_matmul_params());
   StageTimes t;
   for (std::size_t i = 0; i < mbs.size(); ++i) {
     const auto& mb = mbs[i];
     const auto attn = cost.rank_attention(mb, par.cp, sharding[i]);
     const auto tok = shard_tokens(mb, par.cp, sharding[i]);
-    double f = 0, b = 0, w = 0;
+    double f = 0, b = 0, w = 0, head = 0;
     for (int c = 0; c < par.cp; ++c) {
       const double lin = cost.c + cost.a * static_cast<double>(tok[static_cast<std::size_t>(c)].size());
+      head = std::max(head, cost.a * head_ratio * static_cast<double>(tok[static_cast<std::size_t>(c)].size()));
       const double at = attn[static_cast<std::size_t>(c)];
       f = std::max(f, lin / 3.0 + at / 3.5);
       // B: the input-gradient GEMMs (= forward GEMMs) and the attention
@@ -118,6 +121,11 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
       t.forward.back()[k] = layers[k] * fwd;
       t.backward.back()[k] = layers[k] * bwd;
       t.weight.back()[k] = layers[k] * w;
+      if (k + 1 == K) {  // the LM head on the last chunk (TP-split, like the layers' GEMMs)
+        t.forward.back()[k] += head / 3.0;
+        t.backward.back()[k] += head / 3.0;  // not a layer: recompute does not re-run it
+        t.weight.back()[k] += head / 3.0;
+      }
       totals.tp += layers[k] * ar * (full ? 3.0 : 2.0);
       totals.cp += layers[k] * ag * (full ? 3.0 : 2.0);
     }

@@ -84,14 +84,18 @@ struct StepModel {
   /// (compute, CP gather and TP collectives) inside B; selective re-runs only
   /// element-wise work the GEMM/attention cost model has no term for (0).
   bool recompute = false;
+  /// Matmul parameters of the LM head (vocabulary · d_model) charged on the
+  /// last chunk at the layers' per-parameter rate (cost.a / layer_matmul_params
+  /// per token: forward, B and W a third each); 0: not modelled (classic).
+  double head_params = 0;
   /// The classic wlb4d-plan model: every axis on plan.alpha_s/plan.beta_s_per_byte,
   /// TP overlapped, recompute not charged.
   static StepModel uniform(const core::Config& cfg);
   /// The search's model (DESIGN §11): ranks in grid order (TP innermost, then
   /// CP, DP, PP) fill nodes of plan.devices_per_node; an axis whose group (for
   /// PP: the whole pipeline) fits one node uses plan.intra_alpha_s/
-  /// intra_beta_s_per_byte, else plan.alpha_s/beta_s_per_byte; TP comm and
-  /// recompute charged.
+  /// intra_beta_s_per_byte, else plan.alpha_s/beta_s_per_byte; TP comm,
+  /// recompute and the LM head (plan_vocab) charged.
   static StepModel cluster(const core::Config& cfg);
 };
 
