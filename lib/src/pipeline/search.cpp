@@ -314,7 +314,7 @@ std::string format_search(const SearchReport& rep, int top) {
   auto row = [&](int rank, const SearchCandidate& s) {
     const auto& p = s.cfg.parallel;
     return fmt::format("{:>4} {:>3} {:>3} {:>3} {:>3} {:<11} {:>1} {:>4} {:<9} {:>4} {:>3} {:>10.4f} {:>10.4g} {:>6.3f} "
-                       "{:>8.2f} {:>6.3f} {:>5.3f} {:>5.3f} {:>5.3f} {:>5.3f}{}{}\n",
+                       "{:>8.3f} {:>6.3f} {:>5.3f} {:>5.3f} {:>5.3f} {:>5.3f}{}{}\n",
                        rank, p.dp, p.pp, p.cp, p.tp, p.schedule, p.virtual_stages, s.cfg.train.micro_batches,
                        s.cfg.model.recompute, p.zero, p.sequence_parallel ? "on" : "off", s.step_time_s,
                        s.tokens_per_s, s.mfu, s.peak_bytes / gib, s.bubble, s.tp_share, s.cp_share, s.pp_share,
