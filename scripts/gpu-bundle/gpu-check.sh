@@ -9,7 +9,8 @@
 # Steps (each with a timeout; a failed step is reported, the others still run):
 #   1. nvidia-smi summary
 #   2. the device tests: kernel unit tests, the allocation test, NCCL collectives
-#   3. CPU-vs-GPU equivalence: ci-tiny and quickstart, 10 steps on 1 GPU, each
+#   3. CPU-vs-GPU equivalence: ci-tiny and quickstart, 10 steps on 1 GPU (and
+#      ci-tiny with comm.backend=mpi, host-staged collectives), each
 #      loss within 1e-5 relative of the CPU reference computed when the
 #      bundle was built (ref/*.csv; fp32)
 #   4. throughput of bench-quickstart, bench-gpt2-small and bench-1b on 1 GPU:
@@ -94,14 +95,14 @@ done
 
 # ---- 3. CPU-vs-GPU equivalence
 say "equivalence with the CPU reference (10 steps, 1 rank, fp32, rtol 1e-5)"
-equiv() {  # equiv NAME DECK DATA
-  local name=$1 deck=$2 data=$3
+equiv() {  # equiv NAME DECK DATA [BACKEND] (the reference is ref/NAME-without-suffix.csv)
+  local name=$1 deck=$2 data=$3 be=${4:-$backend} ref=${1%%-*}
   (cd "$R" && timeout 300 "${MPIEXEC[@]}" "$P/bin/wlb4d" "$P/inputs/$deck" --data.train="$P/data/$data" --data.val= \
      --parallel.dp=1 --parallel.pp=1 --parallel.cp=1 --parallel.tp=1 --train.steps=10 --train.eval_every=0 \
      --checkpoint.every=0 --checkpoint.at_end=false --checkpoint.resume=never --log.timing_file= \
-     --comm.backend=$backend --log.csv_file="$R/equiv-$name.csv" >"$R/equiv-$name.log" 2>&1) ||
+     --comm.backend="$be" --log.csv_file="$R/equiv-$name.csv" >"$R/equiv-$name.log" 2>&1) ||
     { tail -20 "$R/equiv-$name.log"; fail "equivalence run $name (log: $R/equiv-$name.log)"; return; }
-  if python3 "$P/tools/check_losses.py" "$R/equiv-$name.csv" --against "$P/ref/$name.csv" --rtol 1e-5 \
+  if python3 "$P/tools/check_losses.py" "$R/equiv-$name.csv" --against "$P/ref/$ref.csv" --rtol 1e-5 \
        >"$R/equiv-$name.check" 2>&1 && [ "$(grep -c ' ok$' "$R/equiv-$name.check")" = 10 ]; then
     echo "  $name: 10 of 10 steps within 1e-5 ($(grep -m1 -o 'worst.*' "$R/equiv-$name.check" || true))"
   else
@@ -111,6 +112,8 @@ equiv() {  # equiv NAME DECK DATA
 }
 equiv tiny ci-tiny.ini tiny-train.h5
 equiv quickstart quickstart.ini sotu-train.h5
+# comm.backend=mpi on the device: collectives staged through host buffers.
+[ "$kind" = cuda ] && equiv tiny-mpistaged ci-tiny.ini tiny-train.h5 mpi
 
 # ---- 4. throughput
 if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
