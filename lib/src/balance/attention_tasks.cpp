@@ -137,4 +137,36 @@ AttentionAssignment assign_attention_tasks(const std::vector<AttentionTask>& tas
   return a;
 }
 
+std::vector<SlotAttention> disaggregate_step(const StepPlan& plan, int cp, const CostModel& cost,
+                                             const AttentionTraffic& traffic, std::int64_t task_tokens,
+                                             double tolerance) {
+  if (cp < 1) throw ConfigError("attention disaggregation: cp must be >= 1, got " + std::to_string(cp));
+  std::size_t slots = 0;
+  for (const auto& r : plan.micro_batches) slots = std::max(slots, r.size());
+  std::vector<SlotAttention> out;
+  for (std::size_t j = 0; j < slots; ++j) {
+    SlotAttention s;
+    std::vector<std::vector<Piece>> pieces;
+    std::vector<int> replica_of;
+    for (std::size_t d = 0; d < plan.micro_batches.size(); ++d) {
+      if (plan.micro_batches[d].size() <= j) continue;
+      s.replicas.push_back(static_cast<int>(d));
+      const Sharding sh = d < plan.sharding.size() && j < plan.sharding[d].size() ? plan.sharding[d][j]
+                                                                                   : Sharding::Sequence;
+      for (auto& p : shard_pieces(plan.micro_batches[d][j], cp, sh)) {
+        pieces.push_back(std::move(p));
+        replica_of.push_back(static_cast<int>(d));
+      }
+    }
+    const auto tasks = make_attention_tasks(pieces, replica_of, cost, task_tokens);
+    const auto a = assign_attention_tasks(tasks, static_cast<int>(pieces.size()), replica_of, traffic, tolerance);
+    s.cost_before = a.cost_before;
+    s.cost_after = a.cost_after;
+    s.bytes_in = a.bytes_in;
+    s.moved = a.moved;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 }  // namespace wlb::balance

@@ -252,3 +252,45 @@ TEST(AttentionTasks, BadArgumentsAreConfigErrors) {
 }
 
 }  // namespace
+
+namespace {
+using namespace wlb::balance;
+TEST(AttentionTasks, DisaggregateStepBalancesEverySlotOfAPlan) {
+  // A 3-replica plan with unequal micro-batch counts: slot 2 has only replica 0.
+  StepPlan plan;
+  plan.micro_batches.resize(3);
+  plan.sharding.resize(3);
+  const auto lengths = wlb_test::long_tail_lengths(500, 8192, 21);
+  std::size_t next = 0;
+  for (int d = 0; d < 3; ++d) {
+    plan.micro_batches[static_cast<std::size_t>(d)] = pack(lengths, next, d == 0 ? 3 : 2, 8192);
+    plan.sharding[static_cast<std::size_t>(d)].assign(plan.micro_batches[static_cast<std::size_t>(d)].size(),
+                                                     Sharding::Document);
+  }
+  const auto slots = disaggregate_step(plan, 2, attention_cost(), kTraffic, 256, 0.02);
+  ASSERT_EQ(slots.size(), 3u);
+  EXPECT_EQ(slots[0].replicas, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(slots[2].replicas, (std::vector<int>{0}));
+  for (std::size_t j = 0; j < slots.size(); ++j) {
+    const auto& s = slots[j];
+    ASSERT_EQ(s.cost_before.size(), 2 * s.replicas.size());
+    // The local costs are the CP shards' attention of each replica's micro-batch.
+    for (std::size_t k = 0; k < s.replicas.size(); ++k) {
+      const auto& mb = plan.micro_batches[static_cast<std::size_t>(s.replicas[k])][j];
+      const auto pieces = shard_pieces(mb, 2, Sharding::Document);
+      for (int c = 0; c < 2; ++c) {
+        double local = 0;
+        for (const auto& t : make_attention_tasks({pieces[static_cast<std::size_t>(c)]}, {0}, attention_cost(), 256))
+          local += t.cost;
+        EXPECT_NEAR(s.cost_before[2 * k + static_cast<std::size_t>(c)], local, 1e-15 + 1e-12 * local);
+      }
+    }
+    const double before = std::accumulate(s.cost_before.begin(), s.cost_before.end(), 0.0);
+    const double after = std::accumulate(s.cost_after.begin(), s.cost_after.end(), 0.0);
+    EXPECT_NEAR(after, before, 1e-12 * before);
+    EXPECT_LE(*std::max_element(s.cost_after.begin(), s.cost_after.end()),
+              *std::max_element(s.cost_before.begin(), s.cost_before.end()) * (1 + 1e-12));
+  }
+  EXPECT_THROW(disaggregate_step(plan, 0, attention_cost(), kTraffic, 256, 0.02), wlb::core::ConfigError);
+}
+}  // namespace

@@ -86,4 +86,21 @@ AttentionAssignment assign_attention_tasks(const std::vector<AttentionTask>& tas
                                            const std::vector<int>& replica_of, const AttentionTraffic& traffic,
                                            double tolerance);
 
+/// Disaggregation of one step plan, slot by slot: slot j is micro-batch j of
+/// every replica that has one (the ranks of an attention group reach it in
+/// the same schedule slot). Group rank of (replica d, CP rank c) = d·cp + c.
+struct SlotAttention {
+  std::vector<int> replicas;        ///< replicas taking part (those with > j micro-batches)
+  std::vector<double> cost_before;  ///< per group rank: attention seconds per layer, local
+  std::vector<double> cost_after;   ///< per group rank: after the assignment
+  std::vector<double> bytes_in;     ///< per group rank: bytes imported (forward + backward), per layer
+  std::int64_t moved = 0;           ///< tasks computed away from home
+};
+/// The plan's micro_batches/sharding disaggregated with make_attention_tasks
+/// (task_tokens) and assign_attention_tasks (traffic, tolerance), per slot.
+/// 	hrows core::ConfigError as those, or if cp < 1.
+std::vector<SlotAttention> disaggregate_step(const StepPlan& plan, int cp, const CostModel& cost,
+                                             const AttentionTraffic& traffic, std::int64_t task_tokens,
+                                             double tolerance);
+
 }  // namespace wlb::balance
