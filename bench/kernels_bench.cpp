@@ -8,6 +8,7 @@
 // exp-bound (SwiGLU, cross-entropy).
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/model/layers.hpp"
+#include "wlb4d/optim/adamw.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -133,6 +134,38 @@ void BM_cross_entropy(benchmark::State& st) {
 
 }  // namespace
 
+// Optimizer passes ([P] item 3) over 32 Mi parameters (a GPT-2-small stage's
+// order of magnitude): the global-norm reduction reads g (4 B/element); AdamW
+// reads θ, g, m, v and writes θ, m, v (28 B/element). "GB/s" against the
+// triad is the share of the bandwidth bound.
+void BM_optim_sum_of_squares(benchmark::State& st) {
+  const std::int64_t n = 32 << 20;
+  wlb::Vec g("g", n);
+  fill(g, 1e-2f, 5);
+  double sink = 0;
+  for (auto _ : st) {
+    sink += wlb::optim::sum_of_squares(g);
+    benchmark::DoNotOptimize(sink);
+  }
+  counters(st, 4.0 * n);
+}
+
+void BM_optim_adamw(benchmark::State& st) {
+  const std::int64_t n = 32 << 20;
+  wlb::Vec p("p", n), g("g", n), m("m", n), v("v", n);
+  fill(p, 2e-2f, 6);
+  fill(g, 1e-2f, 7);
+  wlb::optim::AdamWStep s;
+  s.lr = 1e-4;
+  s.weight_decay = 0.1;
+  for (auto _ : st) {
+    wlb::optim::adamw_update(p, g, m, v, s);
+    Kokkos::fence();
+    ++s.t;
+  }
+  counters(st, 28.0 * n);
+}
+
 BENCHMARK(BM_stream_triad)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_rmsnorm_fwd)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_rmsnorm_bwd)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -140,3 +173,5 @@ BENCHMARK(BM_rope)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_swiglu_fwd)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_swiglu_bwd)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_cross_entropy)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_optim_sum_of_squares)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_optim_adamw)->Unit(benchmark::kMillisecond)->UseRealTime();

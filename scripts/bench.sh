@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end training throughput (issue [G]): runs the benchmark decks on 1 and
 # 2 ranks and prints one table (and writes a CSV) with tokens/s, achieved model
-# GFLOP/s, share of the SGEMM peak measured in the same run, time by category
+# GFLOP/s, share of the SGEMM peak measured in the same run, the GEMM-bound
+# share (GEMM FLOPs of the step at that peak / step time), time by category
 # and peak memory per rank (RSS). Predicted vs measured peak memory and the
 # step-time cost of each memory feature: scripts/bench-memory.sh.
 #
@@ -69,7 +70,7 @@ print(max(float(r[-1]) for r in rows) if rows else 0)' ) || PEAK=0
 echo "bench: SGEMM peak (1 core, KokkosBlas::gemm -> BLAS, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}): ${PEAK} GFLOP/s"
 
 RESULTS="$OUT/results.csv"
-echo "deck,layout,ranks,threads,tokens_per_s,gflops,peak_share,step_ms,cpu_ms,forward_ms,backward_ms,tp_ms,p2p_ms,cp_ms,dp_ms,optim_ms,peak_mib,sgemm_peak" > "$RESULTS"
+echo "deck,layout,ranks,threads,tokens_per_s,gflops,peak_share,gemm_bound_share,step_ms,cpu_ms,forward_ms,backward_ms,tp_ms,p2p_ms,cp_ms,dp_ms,optim_ms,peak_mib,sgemm_peak" > "$RESULTS"
 for deck in $DECKS; do
   for lay in $LAYOUTS; do
     case $lay in
@@ -108,7 +109,14 @@ cpu = 1e3 * statistics.median(max(float(r.get("compute_cpu") or 0) for r in by(s
 m = re.search(r"peak memory per rank (\d+)-(\d+) MiB", open(log).read())
 mem = m.group(2) if m else ""
 share = gfl / (float(peak) * int(n) * int(th)) if float(peak) > 0 else 0
-print(f"{deck.split('/')[-1][:-4]},{lay},{n},{th},{tokens/med:.0f},{gfl:.2f},{share:.3f},{med*1e3:.0f},{cpu:.0f},"
+# GEMM-bound share ([P] 1): the step's GEMM FLOPs (6 N_mm per token, the
+# trainer's start-up line) at the SGEMM peak of this run, over the measured
+# step time. 1.0 = the step is as fast as its GEMMs alone at peak; the
+# target is >= 1/1.10.
+g = re.search(r"GEMM work 6\*N_mm = ([0-9.e+]+) FLOP per token", open(log).read())
+gemm_s = float(g.group(1)) * tokens / (float(peak) * 1e9 * int(n) * int(th)) if g and float(peak) > 0 else 0
+gshare = gemm_s / med if med > 0 else 0
+print(f"{deck.split('/')[-1][:-4]},{lay},{n},{th},{tokens/med:.0f},{gfl:.2f},{share:.3f},{gshare:.3f},{med*1e3:.0f},{cpu:.0f},"
       f"{cat('forward'):.0f},{cat('backward'):.0f},{cat('tp_comm'):.0f},{cat('p2p_wait'):.0f},{cat('cp_comm'):.0f},"
       f"{cat('dp_reduce'):.0f},{cat('optimizer'):.0f},{mem},{float(peak):.1f}")
 PY

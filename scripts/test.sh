@@ -6,7 +6,9 @@
 #   2. kokkos4  build against Kokkos 4 OpenMP from ../shared/vendor and rerun
 #               the suite (minus slurm) there (scripts/check-kokkos4.sh);
 #   3. cuda     compile the whole tree for CUDA against a CUDA Kokkos from
-#               ../shared/vendor (scripts/check-cuda-build.sh).
+#               ../shared/vendor (scripts/check-cuda-build.sh);
+#   4. bundle   pack the CUDA build into the GPU bundle (scripts/gpu-bundle.sh):
+#               its closure check and the 64 MiB limit (skips without part 3).
 # Parts 2-3 skip (and say so) without the vendor folder (WLB4D_VENDOR_DIR) or
 # the CUDA toolkit; WLB4D_KOKKOS4_CHECK=0 / WLB4D_CUDA_COMPILE_CHECK=0 skip
 # them on purpose. Built Kokkos prefixes are cached in WLB4D_DEPS_CACHE
@@ -57,4 +59,10 @@ if [ "${WLB4D_CUDA_COMPILE_CHECK:-1}" = 1 ]; then
   part cuda env -u BUILD_DIR scripts/check-cuda-build.sh
 else
   part cuda skip "WLB4D_CUDA_COMPILE_CHECK=0"
+fi
+if [ "${WLB4D_CUDA_COMPILE_CHECK:-1}" = 1 ] && [ -x build-cuda/app/wlb4d ]; then
+  part bundle env -u BUILD_DIR CUDA_BUILD_DIR=build-cuda HOST_BUILD_DIR="${BUILD_DIR:-build}" \
+    scripts/gpu-bundle.sh "${WLB4D_BUNDLE_OUT:-build-cuda/gpu-bundle}"
+else
+  part bundle skip "no CUDA build (part cuda skipped)"
 fi

@@ -227,6 +227,11 @@ struct Trainer::Impl {
     mem = pipeline::predict_memory(cfg, vocab, grid.pp_rank(), grid.tp_rank(), opt);
     const double mine = mem.total();
     if (grid.rank() == 0) {
+      // What scripts/bench.sh divides by the SGEMM rate for the GEMM-bound share ([P] 1).
+      const std::int64_t nmm = model::matmul_params(cfg.model, vocab);
+      spdlog::info("model: {} matmul parameters (LM head included, embedding excluded), vocabulary {}: "
+                   "GEMM work 6*N_mm = {:.4g} FLOP per token (forward + backward)",
+                   nmm, vocab, 6.0 * double(nmm));
       const auto stages = pipeline::predict_memory_stages(cfg, vocab, opt);
       for (const auto& e : stages)
         spdlog::info("memory model: pp rank {} (tp rank 0): {}", e.pp_rank, pipeline::format_memory(e));

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <cmath>
 
 using namespace wlb;
@@ -48,6 +50,26 @@ TEST(AdamW, SumOfSquaresAndClip) {
   EXPECT_NEAR(optim::clip_factor(5.0, 1.0), 0.2, 1e-6);
   EXPECT_DOUBLE_EQ(optim::clip_factor(0.5, 1.0), 1.0);
   EXPECT_DOUBLE_EQ(optim::clip_factor(50.0, 0.0), 1.0);
+}
+
+// The blocked host reduction ([P] 3) against a naive long-double sum, for
+// spans that are and are not multiples of its 16 lanes and 4096-element
+// blocks, on a subview at an odd offset (as the optimizer calls it), twice.
+TEST(AdamW, SumOfSquaresMatchesANaiveSumAndIsDeterministic) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (std::int64_t n : {0, 1, 7, 16, 17, 4095, 4096, 4097, 100003}) {
+    Vec all("all", std::size_t(n + 5));
+    auto h = Kokkos::create_mirror_view(all);
+    for (std::size_t i = 0; i < h.span(); ++i) h(i) = nd(rng) * (i % 97 == 0 ? 1e3f : 1.f);
+    Kokkos::deep_copy(all, h);
+    const auto sub = Kokkos::subview(all, std::make_pair(std::size_t(3), std::size_t(3 + n)));
+    long double ref = 0;
+    for (std::int64_t i = 0; i < n; ++i) ref += (long double)h(std::size_t(3 + i)) * (long double)h(std::size_t(3 + i));
+    const double a = optim::sum_of_squares(sub), b = optim::sum_of_squares(sub);
+    EXPECT_NEAR(a, double(ref), 1e-14 * double(ref)) << "n = " << n;
+    EXPECT_EQ(a, b) << "n = " << n;
+  }
 }
 
 TEST(LRSchedule, WarmupAndEndValues) {

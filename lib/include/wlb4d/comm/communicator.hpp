@@ -45,6 +45,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -152,27 +154,52 @@ class Communicator {
   /// The attached device backend's name, or "mpi".
   const char* device_backend() const { return device_ ? device_->name() : "mpi"; }
   /// As allreduce/allgatherv/reduce_scatterv, on buffers in MemSpace: through
-  /// the attached DeviceCollectives, or MPI when none is attached.
+  /// the attached DeviceCollectives; without one, MPI — directly where the
+  /// host can access MemSpace (host builds), else through host staging
+  /// buffers (comm.backend=mpi on a CUDA build: MPICH is not CUDA-aware, so
+  /// device pointers must not reach it; the copies cost 2 × count elements
+  /// over PCIe/C2C per call, which is why GPU runs use NCCL).
   template <class T> void allreduce_device(T* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const {
     if (device_) {
       device_->allreduce(data, count, op);
-    } else {
+    } else if constexpr (kHostReachesMemSpace) {
       allreduce(data, count, op);
+    } else {
+      T* h = host_stage<T>(0, count);
+      stage_copy(h, static_cast<const T*>(data), count, true);
+      allreduce(h, count, op);
+      stage_copy(data, static_cast<const T*>(h), count, false);
     }
   }
   void allgatherv_device(const float* send, std::size_t send_count, float* recv, const std::vector<int>& counts,
                          const std::vector<int>& displs) const {
     if (device_) {
       device_->allgatherv(send, send_count, recv, counts, displs);
-    } else {
+    } else if constexpr (kHostReachesMemSpace) {
       allgatherv(send, send_count, recv, counts, displs);
+    } else {
+      const std::size_t n = recv_extent(counts, displs);
+      float* hs = host_stage<float>(0, send_count);
+      float* hr = host_stage<float>(1, n);
+      stage_copy(hs, send, send_count, true);
+      allgatherv(hs, send_count, hr, counts, displs);
+      stage_copy(recv, static_cast<const float*>(hr), n, false);
     }
   }
   void reduce_scatterv_device(const float* send, float* recv, const std::vector<int>& counts) const {
     if (device_) {
       device_->reduce_scatterv(send, recv, counts);
-    } else {
+    } else if constexpr (kHostReachesMemSpace) {
       reduce_scatterv(send, recv, counts);
+    } else {
+      std::size_t total = 0;
+      for (int c : counts) total += static_cast<std::size_t>(c);
+      const std::size_t mine = static_cast<std::size_t>(counts.at(static_cast<std::size_t>(rank_)));
+      float* hs = host_stage<float>(0, total);
+      float* hr = host_stage<float>(1, mine);
+      stage_copy(hs, send, total, true);
+      reduce_scatterv(hs, hr, counts);
+      stage_copy(recv, static_cast<const float*>(hr), mine, false);
     }
   }
 
@@ -196,6 +223,36 @@ class Communicator {
   }
 
  private:
+  static constexpr bool kHostReachesMemSpace =
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  /// Host staging buffer `slot` (0 or 1) of at least count T's: grow-only,
+  /// shared by the copies of this Communicator (each call completes before it
+  /// returns, so one call's buffers are never in use by another).
+  template <class T> T* host_stage(int slot, std::size_t count) const {
+    auto& buf = (*stage_)[static_cast<std::size_t>(slot)];
+    const std::size_t words = (count * sizeof(T) + sizeof(double) - 1) / sizeof(double);
+    if (buf.size() < words) buf.resize(words);
+    return reinterpret_cast<T*>(buf.data());
+  }
+  /// Copies count T's between MemSpace and a host staging buffer.
+  template <class T> static void stage_copy(T* dst, const T* src, std::size_t count, bool to_host) {
+    using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    if (to_host) {
+      Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(dst, count),
+                        Kokkos::View<const T*, MemSpace, Unmanaged>(src, count));
+    } else {
+      Kokkos::deep_copy(Kokkos::View<T*, MemSpace, Unmanaged>(dst, count),
+                        Kokkos::View<const T*, Kokkos::HostSpace, Unmanaged>(src, count));
+    }
+  }
+  /// Elements an allgatherv writes: max over ranks of displs + counts.
+  static std::size_t recv_extent(const std::vector<int>& counts, const std::vector<int>& displs) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < counts.size() && i < displs.size(); ++i)
+      n = std::max(n, static_cast<std::size_t>(displs[i]) + static_cast<std::size_t>(counts[i]));
+    return n;
+  }
+  std::shared_ptr<std::array<std::vector<double>, 2>> stage_ = std::make_shared<std::array<std::vector<double>, 2>>();
   void wait(MPI_Request& req) const;
   /// As wait(req), filling *status (recv needs the element count).
   void wait(MPI_Request& req, MPI_Status* status) const;

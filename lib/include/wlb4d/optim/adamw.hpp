@@ -35,7 +35,10 @@ struct AdamWStep {
 /// \throws std::invalid_argument if spans differ.
 void adamw_update(const Vec& param, const Vec& grad, const Vec& m, const Vec& v, const AdamWStep& s);
 
-/// Σ g² of one tensor (fp64 accumulation; deterministic on one rank).
+/// Σ g² of one tensor (fp64 accumulation). Deterministic: on the host the
+/// summation order depends only on the span (4096-element blocks of 16
+/// lanes, combined in a fixed tree; under OpenMP also on the thread count);
+/// on a device it is Kokkos' reduction over elements.
 double sum_of_squares(const Vec& grad);
 
 /// Clip factor for a global gradient norm: min(1, max_norm/(norm+1e-6));

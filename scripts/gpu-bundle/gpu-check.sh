@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# gpu-check.sh inside the GPU bundle (scripts/gpu-bundle.sh; DESIGN §12, issue
+# [H] item 6): the one command for a lent GPU machine, under 10 minutes on one
+# H200. Needs only what the bundle holds plus the NVIDIA driver and the CUDA
+# runtime libraries (cudart, cuBLAS, cuBLASLt, NCCL), which it looks for in
+# $CUDA_HOME, /usr/local/cuda*, the loader's cache and the nvidia-* pip wheels
+# of the machine's Python (PyTorch's), and says which it used.
+#   payload/gpu-check.sh RESULTS_DIR
+# Steps (each with a timeout; a failed step is reported, the others still run):
+#   1. nvidia-smi summary
+#   2. the device tests: kernel unit tests, the allocation test, NCCL collectives
+#   3. CPU-vs-GPU equivalence: ci-tiny and quickstart, 10 steps on 1 GPU (and
+#      ci-tiny with comm.backend=mpi, host-staged collectives), each
+#      loss within 1e-5 relative of the CPU reference computed when the
+#      bundle was built (ref/*.csv; fp32)
+#   4. throughput of bench-quickstart, bench-gpt2-small and bench-1b on 1 GPU:
+#      tokens/s, achieved TFLOP/s, MFU against the H200's fp32, TF32 and bf16
+#      dense peaks, peak device memory; one table, RESULTS_DIR/gpu-check.csv
+# WLB4D_CHECK_QUICK=1 (the host-kind bundle test) runs 2 and 3 on the CPU.
+set -uo pipefail
+P=$(cd "$(dirname "$0")" && pwd)
+R=${1:-$P/results}
+mkdir -p "$R"
+R=$(cd "$R" && pwd)
+kind=$(sed -n 's/^kind=//p' "$P/MANIFEST")
+quick=${WLB4D_CHECK_QUICK:-0}
+failures=()
+t_start=$SECONDS
+say() { echo "== $*"; }
+fail() { failures+=("$1"); echo "FAILED: $1"; }
+echo "wlb4d GPU bundle: $(sed -n 's/^git=//p' "$P/MANIFEST"), built $(sed -n 's/^built=//p' "$P/MANIFEST"), kind $kind"
+
+# ---- 1. the GPU
+backend=mpi
+if [ "$kind" = cuda ]; then
+  backend=nccl
+  if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu-check: no GPU visible (nvidia-smi)"; exit 1
+  fi
+  say "GPU"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap,clocks.max.sm,power.limit \
+    --format=csv | tee "$R/nvidia-smi.csv"
+fi
+
+# ---- CUDA runtime libraries the bundle leaves to the target
+cuda_dirs=()
+if [ "$kind" = cuda ]; then
+  cands=("${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/targets/x86_64-linux/lib")
+  for d in /usr/local/cuda*/lib64 /usr/local/cuda*/targets/x86_64-linux/lib; do cands+=("$d"); done
+  while read -r d; do cands+=("$d"); done < <(python3 - <<'EOF' 2>/dev/null
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib"))) + [os.path.join(r, "torch", "lib")]:
+        if os.path.isdir(d):
+            print(d)
+EOF
+)
+  for so in $(sed -n 's/^from_target=//p' "$P/MANIFEST"); do
+    case "$so" in libcuda.so*|libnvidia-*) continue ;; esac
+    found=
+    for d in "${cands[@]}"; do
+      if [ -e "$d/$so" ]; then found=$d; break; fi
+    done
+    if [ -z "$found" ] && p=$(ldconfig -p 2>/dev/null | awk -v s="$so" '$1 == s {print $NF; exit}') && [ -n "$p" ]; then
+      found=$(dirname "$p")
+    fi
+    if [ -z "$found" ]; then
+      fail "CUDA library $so not found (set CUDA_HOME, or pip install the nvidia-* wheel)"
+      continue
+    fi
+    echo "  $so from $found"
+    case " ${cuda_dirs[*]-} " in *" $found "*) ;; *) cuda_dirs+=("$found") ;; esac
+  done
+  WLB4D_CUDA_LIBS=$(IFS=:; echo "${cuda_dirs[*]-}")
+  export WLB4D_CUDA_LIBS
+fi
+MPIEXEC=("$P/bin/mpiexec" -n 1)
+export KOKKOS_DEVICE_ID=0
+
+# ---- 2. device tests
+say "device tests"
+for t in "$P"/tests/test_*; do
+  name=$(basename "$t")
+  [ "$kind" != cuda ] && [ "$name" = test_comm_nccl ] && continue
+  [ "$quick" = 1 ] && [ "$name" != test_adamw ] && continue
+  t0=$SECONDS
+  if timeout 300 "${MPIEXEC[@]}" "$t" >"$R/$name.log" 2>&1; then
+    printf '  %-26s passed %4d s\n' "$name" $((SECONDS - t0))
+  else
+    tail -20 "$R/$name.log"
+    fail "$name (log: $R/$name.log)"
+  fi
+done
+
+# ---- 3. CPU-vs-GPU equivalence
+say "equivalence with the CPU reference (10 steps, 1 rank, fp32, rtol 1e-5)"
+equiv() {  # equiv NAME DECK DATA [BACKEND] (the reference is ref/NAME-without-suffix.csv)
+  local name=$1 deck=$2 data=$3 be=${4:-$backend} ref=${1%%-*}
+  (cd "$R" && timeout 300 "${MPIEXEC[@]}" "$P/bin/wlb4d" "$P/inputs/$deck" --data.train="$P/data/$data" --data.val= \
+     --parallel.dp=1 --parallel.pp=1 --parallel.cp=1 --parallel.tp=1 --train.steps=10 --train.eval_every=0 \
+     --checkpoint.every=0 --checkpoint.at_end=false --checkpoint.resume=never --log.timing_file= \
+     --comm.backend="$be" --log.csv_file="$R/equiv-$name.csv" >"$R/equiv-$name.log" 2>&1) ||
+    { tail -20 "$R/equiv-$name.log"; fail "equivalence run $name (log: $R/equiv-$name.log)"; return; }
+  if python3 "$P/tools/check_losses.py" "$R/equiv-$name.csv" --against "$P/ref/$ref.csv" --rtol 1e-5 \
+       >"$R/equiv-$name.check" 2>&1 && [ "$(grep -c ' ok$' "$R/equiv-$name.check")" = 10 ]; then
+    echo "  $name: 10 of 10 steps within 1e-5 ($(grep -m1 -o 'worst.*' "$R/equiv-$name.check" || true))"
+  else
+    cat "$R/equiv-$name.check"
+    fail "equivalence $name"
+  fi
+}
+equiv tiny ci-tiny.ini tiny-train.h5
+equiv quickstart quickstart.ini sotu-train.h5
+# comm.backend=mpi on the device: collectives staged through host buffers.
+[ "$kind" = cuda ] && equiv tiny-mpistaged ci-tiny.ini tiny-train.h5 mpi
+
+# ---- 4. throughput
+if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
+  say "throughput on 1 GPU"
+  # H200 SXM dense peaks, TFLOP/s (NVIDIA H200 Tensor Core GPU datasheet, 2024):
+  # FP32 67, TF32 tensor 494.7, BF16 tensor 989.4 (half the sparse figures).
+  peaks="67 494.7 989.4"
+  csv=$R/gpu-check.csv
+  echo "deck,steps,tokens_per_s,tflops,mfu_fp32,mfu_tf32,mfu_bf16,mem_mib,step_ms" >"$csv"
+  printf '%-18s %12s %10s %9s %9s %9s %10s %9s\n' deck tokens/s TFLOP/s "MFU fp32" "MFU tf32" "MFU bf16" "mem MiB" "step ms"
+  for deck in bench-quickstart bench-gpt2-small bench-1b; do
+    log=$R/tput-$deck.log
+    if ! (cd "$R" && timeout 240 "${MPIEXEC[@]}" "$P/bin/wlb4d" "$P/inputs/$deck.ini" --data.train="$P/data/sotu-train.h5" \
+            --train.steps=4 --comm.backend=nccl --log.csv_file= --log.timing_file= >"$log" 2>&1); then
+      tail -20 "$log"; fail "throughput $deck (log: $log)"; continue
+    fi
+    line=$(grep -E 'step +[0-9]+/' "$log" | tail -1)
+    tok=$(sed -nE 's/.*\| ([0-9.]+) tok\/s\/dev.*/\1/p' <<<"$line")
+    gf=$(sed -nE 's/.*\| ([0-9.]+) GFLOP\/s\/dev.*/\1/p' <<<"$line")
+    mem=$(sed -nE 's/.*\| mem ([0-9]+) MiB.*/\1/p' <<<"$line")
+    ms=$(sed -nE 's/.*\| step ([0-9]+) ms.*/\1/p' <<<"$line")
+    read -r row <<<"$(awk -v d="$deck" -v t="$tok" -v g="$gf" -v m="$mem" -v s="$ms" -v pk="$peaks" 'BEGIN{
+      split(pk, p, " "); tf = g / 1000;
+      printf "%s,4,%s,%.3f,%.2f%%,%.2f%%,%.2f%%,%s,%s", d, t, tf, 100*tf/p[1], 100*tf/p[2], 100*tf/p[3], m, s }')"
+    echo "$row" >>"$csv"
+    IFS=, read -r d _ t tf m1 m2 m3 mm sm <<<"$row"
+    printf '%-18s %12s %10s %9s %9s %9s %10s %9s\n' "$d" "$t" "$tf" "$m1" "$m2" "$m3" "$mm" "$sm"
+  done
+  echo "  (model FLOP per model::model_flops; steady state = the last of 4 steps; table also in $csv)"
+fi
+
+say "gpu-check: $((SECONDS - t_start)) s"
+if [ "${#failures[@]}" -gt 0 ]; then
+  printf 'FAILED: %s\n' "${failures[@]}"
+  exit 1
+fi
+echo "gpu-check: all passed"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU bundle's machinery, tested on the CPU (issue [H] item 5): a bundle of
+# the host build (WLB4D_BUNDLE_KIND=host) must pass its closure check and run
+# its gpu-check.sh in an empty environment through the bundled loader and
+# glibc, reproducing the CPU reference losses; and the checks must catch a
+# library missing from the bundle and a loss off the reference.
+#   test_gpu_bundle.sh SCRIPTS_DIR HOST_BUILD_DIR
+set -euo pipefail
+S=$1
+B=$(cd "$2" && pwd)
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+WLB4D_BUNDLE_KIND=host WLB4D_BUNDLE_COMPRESS=none MAX_MIB=4096 HOST_BUILD_DIR=$B "$S/gpu-bundle.sh" "$W/b" >"$W/make.log" 2>&1 ||
+  { cat "$W/make.log"; echo "FAIL: gpu-bundle.sh (host kind)"; exit 1; }
+grep '^closure:' "$W/make.log"
+P=$W/b/payload
+# Runs from the bundle alone: no LD_LIBRARY_PATH, PATH without the build, loader forced.
+if ! env -i PATH=/usr/bin:/bin HOME="$W" WLB4D_BUNDLE_LOADER=1 WLB4D_CHECK_QUICK=1 "$W/b/gpu-check.sh" "$W/r" >"$W/check.log" 2>&1; then
+  cat "$W/check.log"; echo "FAIL: the bundle's gpu-check.sh"; exit 1
+fi
+grep -q 'tiny: 10 of 10 steps within 1e-5' "$W/check.log" && grep -q 'quickstart: 10 of 10 steps within 1e-5' "$W/check.log" ||
+  { cat "$W/check.log"; echo "FAIL: equivalence lines missing"; exit 1; }
+maps=$(WLB4D_BUNDLE_LOADER=1 "$P/bin/run" /bin/cat /proc/self/maps)
+grep -q "$P/lib/glibc/libc.so.6" <<<"$maps" || { echo "FAIL: the loader path did not use the bundled glibc"; exit 1; }
+echo "ok: host bundle runs its check from the bundle alone"
+# A loss off the reference is caught.
+cp "$P/ref/quickstart.csv" "$W/ref.bak"
+awk -F, 'BEGIN{OFS=","} NR==3 {for (i=1;i<=NF;i++) if (h[i]=="loss") $i=$i*1.0001} NR==1 {for (i=1;i<=NF;i++) h[i]=$i} {print}' \
+  "$W/ref.bak" >"$P/ref/quickstart.csv"
+if env -i PATH=/usr/bin:/bin HOME="$W" WLB4D_CHECK_QUICK=1 "$W/b/gpu-check.sh" "$W/r2" >"$W/check2.log" 2>&1; then
+  cat "$W/check2.log"; echo "FAIL: a reference loss off by 1e-4 passed"; exit 1
+fi
+grep -q 'FAILED: equivalence quickstart' "$W/check2.log" || { cat "$W/check2.log"; echo "FAIL: no equivalence failure named"; exit 1; }
+cp "$W/ref.bak" "$P/ref/quickstart.csv"
+echo "ok: a loss 1e-4 off the CPU reference fails the check"
+# A library missing from the bundle is caught, by name.
+rm "$P"/lib/libhdf5*.so*
+if bash "$S/gpu-bundle/check-closure.sh" "$P" >"$W/closure.log" 2>&1; then
+  cat "$W/closure.log"; echo "FAIL: closure check passed without HDF5"; exit 1
+fi
+grep -q 'needs libhdf5.*not in the bundle' "$W/closure.log" || { cat "$W/closure.log"; echo "FAIL: missing HDF5 not named"; exit 1; }
+echo "ok: a library missing from the bundle is named"
