@@ -348,6 +348,27 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(int, plan, search_refine,
               "wlb4d-plan --search: best coarse candidates re-simulated over plan.steps steps (count)",
               at_least(1)),
+      WLB_KEY(std::string, plan, attention,
+              "wlb4d-plan: attention executions to compare (space-separated): local (each rank its own CP shard) "
+              "and/or disaggregated (core-attention tasks balanced over the DP x CP group of a stage, DistCA)",
+              [](const std::string& v) {
+                std::istringstream is(v);
+                std::string tok;
+                int n = 0;
+                while (is >> tok) {
+                  ++n;
+                  if (tok != "local" && tok != "disaggregated")
+                    return std::string("must name local and/or disaggregated, not '" + tok + "'");
+                }
+                return n > 0 ? std::string() : std::string("must name at least one of local, disaggregated");
+              }),
+      WLB_KEY(std::int64_t, plan, ca_task_tokens,
+              "wlb4d-plan: query rows per core-attention task (tokens; rounded up to the attention tile)",
+              at_least<std::int64_t>(1)),
+      WLB_KEY(double, plan, ca_tolerance,
+              "wlb4d-plan: the core-attention assignment stops within (1 + this) of the mean rank cost "
+              "(dimensionless, >= 0)",
+              at_least(0.0)),
   };
   return table;
 }

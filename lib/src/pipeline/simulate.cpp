@@ -1,6 +1,7 @@
 // Cluster-scale simulator behind wlb4d-plan (see simulate.hpp).
 #include "wlb4d/pipeline/simulate.hpp"
 
+#include "wlb4d/balance/attention_tasks.hpp"
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/balance/sharding.hpp"
@@ -81,7 +82,9 @@ struct CommTotals {
 /// p2p time of its messages (see the model in simulate.hpp).
 StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<Sharding>& sharding,
                          const core::Config& cfg, const CostModel& cost, const std::vector<int>& layers,
-                         const StepModel& sm, CommTotals& totals) {
+                         const StepModel& sm, CommTotals& totals,
+                         const std::vector<std::vector<double>>* attn_override = nullptr,
+                         const std::vector<double>* ca_exchange = nullptr) {
   const auto& par = cfg.parallel;
   const auto& m = cfg.model;
   const double kv_local = std::max(1, m.kv_heads / par.tp);
@@ -91,7 +94,9 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
   StageTimes t;
   for (std::size_t i = 0; i < mbs.size(); ++i) {
     const auto& mb = mbs[i];
-    const auto attn = cost.rank_attention(mb, par.cp, sharding[i]);
+    // Disaggregated: each CP rank's attention is what the group's assignment gave it.
+    const auto attn = attn_override ? (*attn_override)[i] : cost.rank_attention(mb, par.cp, sharding[i]);
+    const double cax = ca_exchange ? (*ca_exchange)[i] : 0.0;
     const auto tok = shard_tokens(mb, par.cp, sharding[i]);
     double f = 0, b = 0, w = 0, head = 0;
     for (int c = 0; c < par.cp; ++c) {
@@ -112,8 +117,8 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
     const double ar = (sm.tp_comm && par.tp > 1)
                           ? 2.0 * 2.0 * (par.tp - 1) * (sm.tp.alpha_s + sm.tp.beta_s_per_byte * act_bytes / par.tp)
                           : 0.0;
-    const double fwd = f + ag + ar;
-    const double bwd = b + ag + ar + (full ? fwd : 0.0);
+    const double fwd = f + ag + ar + cax / 2;
+    const double bwd = b + ag + ar + cax / 2 + (full ? fwd : 0.0);
     t.forward.emplace_back(K);
     t.backward.emplace_back(K);
     t.weight.emplace_back(K);
@@ -127,7 +132,7 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
         t.weight.back()[k] += head / 3.0;
       }
       totals.tp += layers[k] * ar * (full ? 3.0 : 2.0);
-      totals.cp += layers[k] * ag * (full ? 3.0 : 2.0);
+      totals.cp += layers[k] * (ag * (full ? 3.0 : 2.0) + cax * (full ? 1.5 : 1.0));
     }
     t.p2p.push_back(sm.pp.alpha_s + sm.pp.beta_s_per_byte * T / (par.cp * par.tp) * m.d_model * 2.0);
     // Forward activation and backward gradient, at each of K-1 chunk boundaries.
@@ -152,11 +157,51 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
   std::vector<int> layers;
   for (int k = 0; k < K; ++k) layers.push_back(chunk_layers(m.layers, K, k).size());
   StepTime out;
+  // Disaggregated attention: per replica, micro-batch and CP rank, the
+  // assigned attention cost, and per micro-batch the exchange seconds per layer.
+  std::vector<std::vector<std::vector<double>>> ca_attn;
+  std::vector<std::vector<double>> ca_x;
+  if (sm.disaggregated_attention) {
+    const double hq = double(m.heads) / par.tp, kv = std::max(1, m.kv_heads / par.tp), D = m.head_dim();
+    const balance::AttentionTraffic traffic{4.0 * hq * D * 2.0 + hq * 4.0, 4.0 * kv * D * 2.0};
+    const auto slots = balance::disaggregate_step(plan, par.cp, cost, traffic, sm.ca_task_tokens, sm.ca_tolerance);
+    ca_attn.resize(plan.micro_batches.size());
+    ca_x.resize(plan.micro_batches.size());
+    for (std::size_t d = 0; d < plan.micro_batches.size(); ++d) {
+      ca_attn[d].resize(plan.micro_batches[d].size());
+      ca_x[d].resize(plan.micro_batches[d].size());
+    }
+    double before = 0, after = 0;
+    for (std::size_t j = 0; j < slots.size(); ++j) {
+      const auto& sl = slots[j];
+      const double most = *std::max_element(sl.bytes_in.begin(), sl.bytes_in.end());
+      const double x = most > 0 ? sm.dp.alpha_s + sm.dp.beta_s_per_byte * most : 0.0;
+      for (std::size_t k = 0; k < sl.replicas.size(); ++k) {
+        const auto d = static_cast<std::size_t>(sl.replicas[k]);
+        ca_attn[d][j].assign(sl.cost_after.begin() + long(k) * par.cp, sl.cost_after.begin() + long(k + 1) * par.cp);
+        ca_x[d][j] = x;
+      }
+      auto imb = [](const std::vector<double>& v) {
+        double sum = 0, mx = 0;
+        for (double c : v) sum += c, mx = std::max(mx, c);
+        return sum > 0 ? mx * double(v.size()) / sum : 1.0;
+      };
+      before += imb(sl.cost_before);
+      after += imb(sl.cost_after);
+      out.ca_bytes_per_layer += most;
+    }
+    if (!slots.empty()) {
+      out.ca_imbalance_before = before / double(slots.size());
+      out.ca_imbalance_after = after / double(slots.size());
+    }
+  }
   for (std::size_t r = 0; r < plan.micro_batches.size(); ++r) {
     const int n = static_cast<int>(plan.micro_batches[r].size());
     if (n == 0) continue;
     CommTotals tot;
-    const StageTimes t = replica_times(plan.micro_batches[r], plan.sharding[r], cfg, cost, layers, sm, tot);
+    const StageTimes t = replica_times(plan.micro_batches[r], plan.sharding[r], cfg, cost, layers, sm, tot,
+                                       sm.disaggregated_attention ? &ca_attn[r] : nullptr,
+                                       sm.disaggregated_attention ? &ca_x[r] : nullptr);
     const auto res = simulate_schedule(planner_action_lists(par, n), par.pp, v, t, 0.0, P2PMode::Eager);
     if (res.makespan > out.seconds) {
       out.seconds = res.makespan;
@@ -254,8 +299,10 @@ void check_plan_bounds(const core::Config& cfg, const std::vector<std::int64_t>&
 }
 
 PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t>& lengths) {
+  const auto attentions = words(cfg.plan.attention);
   check_plan_bounds(cfg, lengths,
-                    double(words(cfg.plan.packers).size() * words(cfg.plan.shardings).size() + 1));
+                    double(words(cfg.plan.packers).size() * words(cfg.plan.shardings).size() *
+                               std::max<std::size_t>(1, attentions.size()) + 1));
   PlanReport rep;
   rep.vocab = plan_vocab(cfg);
   rep.memory = memory_table(cfg, rep.vocab);
@@ -283,7 +330,11 @@ PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t
     rep.thresholds = parse_thresholds(cfg.balance.outlier_thresholds);
   }
 
-  auto run = [&](const std::string& kind, const std::string& sharding) {
+  auto run = [&](const std::string& kind, const std::string& sharding, const std::string& attention = "local") {
+    StepModel sm = StepModel::uniform(cfg);
+    sm.disaggregated_attention = attention == "disaggregated";
+    sm.ca_task_tokens = cfg.plan.ca_task_tokens;
+    sm.ca_tolerance = cfg.plan.ca_tolerance;
     PackerParams p = base;
     p.kind = kind;
     p.sharding = sharding;
@@ -294,31 +345,40 @@ PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t
     PlanRow row;
     row.packer = kind;
     row.sharding = sharding;
-    double time = 0, bubble = 0, plan_s = 0;
+    row.attention = attention;
+    double time = 0, bubble = 0, plan_s = 0, ca_before = 0, ca_after = 0, ca_bytes = 0;
     for (int s = 0; s < cfg.plan.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       const StepPlan plan = packer->plan_step(s, src);
       plan_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ms.push_back(step_metrics(plan, rep.cost, cfg.parallel.cp));
-      const auto st = simulate_step_time(plan, cfg, rep.cost);
+      const auto st = simulate_step_time(plan, cfg, rep.cost, sm);
       time += st.seconds;
       bubble += st.bubble_fraction;
+      ca_before += st.ca_imbalance_before;
+      ca_after += st.ca_imbalance_after;
+      ca_bytes += st.ca_bytes_per_layer;
     }
     const double n = std::max(1, cfg.plan.steps);
     row.metrics = summarize(ms);
     row.step_time_s = time / n;
     row.bubble_fraction = bubble / n;
     row.plan_ms = plan_s / n * 1e3;
+    row.ca_imbalance_before = ca_before / n;
+    row.ca_imbalance_after = ca_after / n;
+    row.ca_bytes_per_layer = ca_bytes / n;
     row.tokens_per_s = row.step_time_s > 0 ? row.metrics.tokens_per_step / row.step_time_s : 0;
     row.mem_peak_bytes = rep.memory.front().peak_bytes;  // the trainer's workspaces do not depend on the packer
     return row;
   };
   const PlanRow baseline = run("fixed", "sequence");
-  for (const auto& p : packers) {
-    for (const auto& s : shardings) {
-      PlanRow row = (p == "fixed" && s == "sequence") ? baseline : run(p, s);
-      row.speedup = row.step_time_s > 0 ? baseline.step_time_s / row.step_time_s : 1.0;
-      rep.rows.push_back(row);
+  for (const auto& a : attentions) {
+    for (const auto& p : packers) {
+      for (const auto& s : shardings) {
+        PlanRow row = (p == "fixed" && s == "sequence" && a == "local") ? baseline : run(p, s, a);
+        row.speedup = row.step_time_s > 0 ? baseline.step_time_s / row.step_time_s : 1.0;
+        rep.rows.push_back(row);
+      }
     }
   }
   return rep;
@@ -352,6 +412,11 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
                        r.metrics.cp_imbalance, r.bubble_fraction, r.step_time_s, r.speedup, r.metrics.mean_delay_steps,
                        r.metrics.max_delay_steps, r.metrics.tokens_per_step / 1024.0, r.plan_ms, g,
                        g > budget ? " > device" : "");
+    if (r.attention == "disaggregated") {
+      out.pop_back();
+      out += fmt::format("  | disaggregated attention: group-rank attn_ID {:.3f} -> {:.3f}, exchange {:.1f} MiB/layer\n",
+                         r.ca_imbalance_before, r.ca_imbalance_after, r.ca_bytes_per_layer / (1024.0 * 1024.0));
+    }
   }
   out += fmt::format("\nmemory per rank (predicted peak, fp32, vocabulary {}{}; plan.device_memory_gib = {}):\n",
                      rep.vocab, cfg.model.vocab_size > 0 ? "" : " assumed: model.vocab_size = 0", budget);
@@ -375,13 +440,15 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
 std::string format_csv(const PlanReport& rep) {
   std::string out =
       "packer,sharding,latency_imbalance,attention_imbalance,step_time_s,speedup,mean_delay_steps,max_delay_steps,"
-      "cp_imbalance,replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms,mem_peak_bytes\n";
+      "cp_imbalance,replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms,mem_peak_bytes,"
+      "attention,ca_imbalance_before,ca_imbalance_after,ca_bytes_per_layer\n";
   for (const auto& r : rep.rows) {
-    out += fmt::format("{},{},{:.6f},{:.6f},{:.6g},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.1f},{:.6g},{:.6f},{:.0f}\n", r.packer,
-                       r.sharding, r.metrics.latency_imbalance, r.metrics.attention_imbalance, r.step_time_s, r.speedup,
-                       r.metrics.mean_delay_steps, r.metrics.max_delay_steps, r.metrics.cp_imbalance,
+    out += fmt::format("{},{},{:.6f},{:.6f},{:.6g},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.1f},{:.6g},{:.6f},{:.0f},{},{:.6f},{:.6f},{:.0f}\n",
+                       r.packer, r.sharding, r.metrics.latency_imbalance, r.metrics.attention_imbalance, r.step_time_s,
+                       r.speedup, r.metrics.mean_delay_steps, r.metrics.max_delay_steps, r.metrics.cp_imbalance,
                        r.metrics.replica_imbalance, r.bubble_fraction, r.metrics.tokens_per_step, r.tokens_per_s,
-                       r.plan_ms, r.mem_peak_bytes);
+                       r.plan_ms, r.mem_peak_bytes, r.attention, r.ca_imbalance_before, r.ca_imbalance_after,
+                       r.ca_bytes_per_layer);
   }
   return out;
 }

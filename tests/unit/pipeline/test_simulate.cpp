@@ -9,6 +9,8 @@
 #include <random>
 
 using namespace wlb::pipeline;
+namespace core = wlb::core;
+namespace balance = wlb::balance;
 
 namespace {
 StageTimes uniform(int chunks, int m, double f, double b, double p2p = 0) {
@@ -208,4 +210,50 @@ TEST(PlannerSimulation, ZeroBubbleBeatsOneFOneBWithSplitTimes) {
     EXPECT_NEAR(o.makespan, 3.0 * m + (pp - 1) * 2.0, 1e-9) << pp;  // split 1F1B: (p-1)(F+B)
     EXPECT_LT(z.bubble_fraction(), o.bubble_fraction());
   }
+}
+
+// Core-attention disaggregation in the step model (issue [O]): with a free
+// exchange (α = β = 0), a plan whose replicas hold very different attention
+// work gets a shorter step and a balanced group; with a costly link the
+// exchange is charged and can make it slower; dp=1 cp=1 has nothing to move.
+TEST(PlannerSimulation, DisaggregatedAttentionBalancesTheGroupAndChargesTheExchange) {
+  core::Config cfg = core::parse_deck_text(
+      "", {"model.layers=2", "model.d_model=256", "model.heads=4", "model.kv_heads=4", "model.ffn_hidden=512",
+           "parallel.dp=2", "parallel.cp=2", "parallel.pp=1", "parallel.tp=1", "train.micro_batches=2",
+           "train.max_seq_len=16384", "balance.calibrate=false", "balance.cost_a=1e-8", "balance.cost_b=1e-11",
+           "plan.alpha_s=0", "plan.beta_s_per_byte=0"});
+  const auto cost = plan_cost_model(cfg);
+  balance::StepPlan plan;
+  plan.micro_batches.resize(2);
+  plan.sharding.assign(2, {balance::Sharding::Document});
+  plan.micro_batches[0] = {balance::MicroBatch{{{0, 0, 16384}}}};  // one long document
+  balance::MicroBatch shorts;
+  for (int i = 0; i < 64; ++i) shorts.spans.push_back({1 + i, 0, 256});
+  plan.micro_batches[1] = {shorts};
+  StepModel local = StepModel::uniform(cfg), ca = local;
+  ca.disaggregated_attention = true;
+  ca.ca_task_tokens = 512;
+  const StepTime tl = simulate_step_time(plan, cfg, cost, local);
+  const StepTime tc = simulate_step_time(plan, cfg, cost, ca);
+  EXPECT_GT(tc.ca_imbalance_before, 1.8);
+  EXPECT_LT(tc.ca_imbalance_after, 1.05);
+  EXPECT_GT(tc.ca_bytes_per_layer, 0);
+  EXPECT_LT(tc.seconds, 0.8 * tl.seconds) << "free exchange: the long replica's attention is shared";
+  // A slow link: the same moves, charged α + β·bytes per layer.
+  ca.dp = Link{1e-3, 1e-6};
+  const StepTime slow = simulate_step_time(plan, cfg, cost, ca);
+  EXPECT_NEAR(slow.seconds - tc.seconds,
+              2 * (1e-3 + 1e-6 * tc.ca_bytes_per_layer) + (slow.dp_s - tc.dp_s), 1e-9 + 1e-9 * slow.seconds)
+      << "2 layers x (alpha + beta x bytes of the most-importing rank), plus the gradient reduction on that link";
+  // One rank: nothing to balance.
+  core::Config one = cfg;
+  one.parallel.dp = one.parallel.cp = 1;
+  balance::StepPlan p1;
+  p1.micro_batches = {{plan.micro_batches[0][0]}};
+  p1.sharding = {{balance::Sharding::Sequence}};
+  StepModel ca1 = StepModel::uniform(one);
+  ca1.disaggregated_attention = true;
+  const StepTime t1 = simulate_step_time(p1, one, cost, ca1);
+  EXPECT_DOUBLE_EQ(t1.ca_bytes_per_layer, 0);
+  EXPECT_DOUBLE_EQ(t1.seconds, simulate_step_time(p1, one, cost, StepModel::uniform(one)).seconds);
 }

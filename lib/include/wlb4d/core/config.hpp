@@ -164,6 +164,10 @@ struct PlanConfig {
   std::string search_micro_batches;  ///< --search: micro-batch counts to try (empty: train.micro_batches)
   int search_coarse_steps = 2;   ///< --search: steps of the coarse pass (every surviving candidate)
   int search_refine = 16;        ///< --search: best coarse candidates re-simulated over plan.steps steps
+  // Core-attention disaggregation rows (issue [O]; balance/attention_tasks.hpp).
+  std::string attention = "local";  ///< attention executions to compare: local and/or disaggregated
+  std::int64_t ca_task_tokens = 1024;  ///< query rows per core-attention task (tokens)
+  double ca_tolerance = 0.02;       ///< assignment stops within (1 + this) of the mean (dimensionless)
 };
 
 /// The resolved deck.

@@ -88,6 +88,18 @@ struct StepModel {
   /// last chunk at the layers' per-parameter rate (cost.a / layer_matmul_params
   /// per token: forward, B and W a third each); 0: not modelled (classic).
   double head_params = 0;
+  /// Core-attention disaggregation (issue [O]; balance/attention_tasks.hpp):
+  /// every slot's attention is balanced over the stage's DP×CP group
+  /// (balance::disaggregate_step, ca_task_tokens, ca_tolerance), each rank's
+  /// CP attention replaced by its assigned cost, and each layer pays the
+  /// exchange α + β·(bytes of the rank that imports most), half forward,
+  /// half backward, not overlapped (DistCA's ping-pong would hide part of it).
+  /// Bytes per row in bf16: a query row moves Q, O, dO, dQ (Hq/tp·head_dim
+  /// each) and the log-sum-exp (4 B per head); a key row K, V, dK, dV
+  /// (max(1, kv_heads/tp)·head_dim each). The link is the DP×CP group's.
+  bool disaggregated_attention = false;
+  std::int64_t ca_task_tokens = 1024;
+  double ca_tolerance = 0.02;
   /// The classic wlb4d-plan model: every axis on plan.alpha_s/plan.beta_s_per_byte,
   /// TP overlapped, recompute not charged.
   static StepModel uniform(const core::Config& cfg);
@@ -107,6 +119,10 @@ struct StepTime {
   double seconds = 0;
   double bubble_fraction = 0;  ///< of the slowest replica
   double tp_s = 0, cp_s = 0, pp_s = 0, dp_s = 0;
+  /// Disaggregated attention only: attention imbalance of the group's ranks
+  /// (max/mean, mean over slots) before and after the assignment, and the
+  /// exchange's bytes per layer (Σ over slots of the most-importing rank's).
+  double ca_imbalance_before = 1, ca_imbalance_after = 1, ca_bytes_per_layer = 0;
 };
 /// \throws core::ConfigError for an invalid layout or schedule.
 StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const CostModel& cost);
@@ -117,6 +133,9 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
 /// One packer × sharding row.
 struct PlanRow {
   std::string packer, sharding;
+  std::string attention = "local";  ///< local | disaggregated (plan.attention)
+  double ca_imbalance_before = 1, ca_imbalance_after = 1;  ///< disaggregated: group-rank attention max/mean
+  double ca_bytes_per_layer = 0;  ///< disaggregated: exchange bytes per layer per step (StepTime)
   RunMetrics metrics;
   double step_time_s = 0;       ///< mean simulated step time (seconds)
   double speedup = 1;           ///< step time of fixed+sequence / this row's
@@ -165,7 +184,7 @@ double planner_host_bytes(const core::Config& cfg, double mean_length);
 ///         empty length list.
 void check_plan_bounds(const core::Config& cfg, const std::vector<std::int64_t>& lengths, double rows);
 
-/// Runs plan.packers × plan.shardings (plus fixed+sequence as the speedup
+/// Runs plan.attention × plan.packers × plan.shardings (plus local fixed+sequence as the speedup
 /// baseline) for plan.steps steps, documents drawn i.i.d. from `lengths`
 /// with train.seed. "auto" thresholds are tuned once on 20,000 lengths.
 /// \throws core::ConfigError for unknown packer/sharding names or layouts,
@@ -179,7 +198,8 @@ PlanReport simulate_plan(const core::Config& cfg, const std::vector<std::int64_t
 std::string format_table(const PlanReport& report, const core::Config& cfg);
 /// CSV with header packer,sharding,latency_imbalance,attention_imbalance,
 /// step_time_s,speedup,mean_delay_steps,max_delay_steps,cp_imbalance,
-/// replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms,mem_peak_bytes (predicted peak per rank, bytes).
+/// replica_imbalance,bubble_fraction,tokens_per_step,tokens_per_s,plan_ms,mem_peak_bytes (predicted peak per rank, bytes),
+/// attention (local | disaggregated),ca_imbalance_before,ca_imbalance_after,ca_bytes_per_layer.
 std::string format_csv(const PlanReport& report);
 
 }  // namespace wlb::pipeline
