@@ -4,6 +4,7 @@
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/log.hpp"
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb;
     core::install_stop_handlers();  // first: a stop during start-up is deferred, not fatal
+    core::check_fault_env();        // tests' WLB4D_FAULT: a typo fails every rank now, not mid-run
     core::CommandLine cl = core::parse_command_line(ac, av);
     const int rank = core::world_rank();
     if (cl.help) {
