@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
     const auto blas = core::probe_blas();  // the GEMMs' kernel ([P]): a generic one costs 4-7x
     spdlog::info("{}", blas.summary());
     if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
+    if (cfg.comm.wait == "block" && cfg.comm.timeout_s > 0 && rank == 0)
+      spdlog::warn("comm.timeout_s={:g} has no effect with comm.wait=block: a blocking MPI call cannot be timed, so "
+                   "a stopped rank hangs the job; use comm.wait=yield for the watchdog",
+                   cfg.comm.timeout_s);
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();
