@@ -15,7 +15,8 @@ namespace wlb::core {
 namespace {
 const char* const kForms =
     "expected stall:rank=R:step=S[:phase=step|forward|backward], "
-    "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], ckpt_write:rank=R:after_bytes=N or ckpt_free:bytes=N";
+    "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], delay:rank=R:phase=P:seconds=N[:step=S], "
+    "ckpt_write:rank=R:after_bytes=N or ckpt_free:bytes=N";
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw std::invalid_argument("WLB4D_FAULT='" + text + "': " + why + "; " + kForms);
@@ -49,9 +50,18 @@ State& state() {
 }
 
 void fire(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
-  std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at step %lld (fault point %s)\n", rank,
-               f.kind == "crash" ? "crashing" : "stalling", static_cast<long long>(step), phase);
+  const char* what = f.kind == "crash" ? "crashing" : f.kind == "delay" ? "delaying" : "stalling";
+  if (step >= 0)
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at step %lld (fault point %s)\n", rank, what,
+                 static_cast<long long>(step), phase);
+  else
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at fault point %s\n", rank, what, phase);
   std::fflush(stderr);
+  if (f.kind == "delay") {
+    // sleep_for resumes after a signal (EINTR): the delay is the whole time.
+    std::this_thread::sleep_for(std::chrono::seconds(f.seconds));
+    return;
+  }
   if (f.kind == "crash") {
     // Not std::abort's handlers or exit's atexit: the process vanishes the
     // way a lost node does (SIGKILL cannot be caught; ABRT/SEGV default).
@@ -68,7 +78,7 @@ FaultSpec parse_fault(const std::string& text) {
   if (text.empty()) return f;
   const auto colon = text.find(':');
   f.kind = text.substr(0, colon);
-  if (f.kind != "stall" && f.kind != "crash" && f.kind != "ckpt_write" && f.kind != "ckpt_free")
+  if (f.kind != "stall" && f.kind != "crash" && f.kind != "delay" && f.kind != "ckpt_write" && f.kind != "ckpt_free")
     bad(text, "unknown kind '" + f.kind + "'");
   std::size_t pos = colon;
   while (pos != std::string::npos) {
@@ -77,19 +87,22 @@ FaultSpec parse_fault(const std::string& text) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos) bad(text, "'" + kv + "' is not key=value");
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    const bool step_kind = f.kind == "stall" || f.kind == "crash";
+    const bool step_kind = f.kind == "stall" || f.kind == "crash" || f.kind == "delay";
     if (k == "rank" && f.kind != "ckpt_free") {
       f.rank = int(to_count(text, k, v));
     } else if (k == "step" && step_kind) {
       f.step = to_count(text, k, v);
     } else if (k == "phase" && step_kind) {
-      if (v != "step" && v != "forward" && v != "backward") bad(text, "phase='" + v + "' is not step, forward or backward");
+      if (v != "step" && v != "forward" && v != "backward" && v != "ckpt_load")
+        bad(text, "phase='" + v + "' is not step, forward, backward or ckpt_load");
       f.phase = v;
     } else if (k == "signal" && f.kind == "crash") {
       if (v == "KILL") f.signal = SIGKILL;
       else if (v == "ABRT") f.signal = SIGABRT;
       else if (v == "SEGV") f.signal = SIGSEGV;
       else bad(text, "signal='" + v + "' is not KILL, ABRT or SEGV");
+    } else if (k == "seconds" && f.kind == "delay") {
+      f.seconds = to_count(text, k, v);
     } else if (k == "after_bytes" && f.kind == "ckpt_write") {
       f.after_bytes = to_count(text, k, v);
     } else if (k == "bytes" && f.kind == "ckpt_free") {
@@ -101,6 +114,7 @@ FaultSpec parse_fault(const std::string& text) {
   }
   if (f.kind != "ckpt_free" && f.rank < 0) bad(text, f.kind + " needs rank=R");
   if ((f.kind == "stall" || f.kind == "crash") && f.step < 0) bad(text, f.kind + " needs step=S");
+  if (f.kind == "delay" && f.seconds < 0) bad(text, "delay needs seconds=N");
   if (f.kind == "ckpt_write" && f.after_bytes < 0) bad(text, "ckpt_write needs after_bytes=N");
   if (f.kind == "ckpt_free" && f.free_bytes < 0) bad(text, "ckpt_free needs bytes=N");
   return f;
@@ -108,20 +122,23 @@ FaultSpec parse_fault(const std::string& text) {
 
 void check_fault_env() { (void)state(); }
 
+static bool matches(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
+  return (f.kind == "stall" || f.kind == "crash" || f.kind == "delay") && rank == f.rank &&
+         (f.step < 0 || step == f.step) && f.phase == phase;
+}
+
 void fault_point(const char* phase, int world_rank, std::int64_t step) {
   State& s = state();
-  s.rank = world_rank;
-  s.step = step;
-  const FaultSpec& f = s.spec;
-  if ((f.kind != "stall" && f.kind != "crash") || world_rank != f.rank || step != f.step || f.phase != phase) return;
-  fire(f, phase, world_rank, step);
+  if (std::string(phase) == "step") {
+    s.rank = world_rank;
+    s.step = step;
+  }
+  if (matches(s.spec, phase, world_rank, step)) fire(s.spec, phase, world_rank, step);
 }
 
 void fault_point(const char* phase) {
   State& s = state();
-  const FaultSpec& f = s.spec;
-  if ((f.kind != "stall" && f.kind != "crash") || s.rank != f.rank || s.step != f.step || f.phase != phase) return;
-  fire(f, phase, s.rank, s.step);
+  if (matches(s.spec, phase, s.rank, s.step)) fire(s.spec, phase, s.rank, s.step);
 }
 
 bool fault_write_fails(int world_rank, std::uint64_t bytes_after) {

@@ -31,6 +31,15 @@ TEST(FaultParser, CrashWithPhaseAndSignal) {
   EXPECT_EQ(parse_fault("crash:rank=0:step=0:phase=forward").signal, SIGKILL);
 }
 
+TEST(FaultParser, DelayAnyStepUnlessGiven) {
+  const auto f = parse_fault("delay:rank=0:phase=ckpt_load:seconds=3");
+  EXPECT_EQ(f.kind, "delay");
+  EXPECT_EQ(f.phase, "ckpt_load");
+  EXPECT_EQ(f.seconds, 3);
+  EXPECT_EQ(f.step, -1);
+  EXPECT_EQ(parse_fault("delay:rank=0:phase=backward:seconds=1:step=4").step, 4);
+}
+
 TEST(FaultParser, CheckpointKinds) {
   const auto w = parse_fault("ckpt_write:rank=1:after_bytes=1000000");
   EXPECT_EQ(w.after_bytes, 1000000);
@@ -58,10 +67,11 @@ TEST(FaultParser, BadValuesAreErrorsNamingTheVariable) {
   expect_rejected("stall:rank=x:step=1", "rank='x' is not a non-negative integer");
   expect_rejected("stall:rank=-1:step=1", "rank='-1' is not a non-negative integer");
   expect_rejected("stall:rank=1:step=2x", "step='2x' is not a non-negative integer");
-  expect_rejected("stall:rank=1:step=2:phase=optimizer", "phase='optimizer' is not step, forward or backward");
+  expect_rejected("stall:rank=1:step=2:phase=optimizer", "phase='optimizer' is not step, forward, backward or ckpt_load");
   expect_rejected("crash:rank=1:step=2:signal=TERM", "signal='TERM' is not KILL, ABRT or SEGV");
   expect_rejected("stall:rank=1:step=2:after_bytes=5", "'after_bytes' is not a field of stall");
   expect_rejected("ckpt_write:rank=1", "ckpt_write needs after_bytes=N");
   expect_rejected("ckpt_free:bytes=", "bytes='' is not a non-negative integer");
   expect_rejected("stall:rank=1:step", "'step' is not key=value");
+  expect_rejected("delay:rank=0:phase=ckpt_load", "delay needs seconds=N");
 }

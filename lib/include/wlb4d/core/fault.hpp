@@ -13,6 +13,11 @@
 ///                                     world rank R dies there of the signal
 ///                                     (default KILL: no handler, no flush,
 ///                                     as a node or OOM-killer loss).
+///   WLB4D_FAULT=delay:rank=R:phase=P:seconds=N[:step=S]
+///                                     world rank R sleeps N s at fault point
+///                                     P (of step S; any step when omitted),
+///                                     then goes on: a window in which a test
+///                                     sends a signal (e.g. during ckpt_load).
 ///   WLB4D_FAULT=ckpt_write:rank=R:after_bytes=N
 ///                                     checkpoint writes of world rank R fail
 ///                                     as on a full disk (ENOSPC) once the
@@ -28,7 +33,8 @@
 ///
 /// Fault points P: "step" (default; start of Trainer::step), "forward" and
 /// "backward" (the first forward / backward action of the step in the
-/// pipeline executor).
+/// pipeline executor), "ckpt_load" (the trainer, before it reads the
+/// checkpoint it resumes from; step -1).
 ///
 /// Errors: a malformed value throws std::invalid_argument naming
 /// WLB4D_FAULT, the value and the rule (check_fault_env() at start-up, on
@@ -41,13 +47,14 @@ namespace wlb::core {
 
 /// One parsed WLB4D_FAULT value (kind empty: no fault).
 struct FaultSpec {
-  std::string kind;              ///< "", stall, crash, ckpt_write, ckpt_free
-  std::string phase = "step";    ///< step, forward, backward (stall/crash)
+  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free
+  std::string phase = "step";    ///< step, forward, backward, ckpt_load (stall/crash/delay)
   int rank = -1;                 ///< world rank (stall, crash, ckpt_write)
   std::int64_t step = -1;        ///< 0-based step (stall, crash)
   long long after_bytes = -1;    ///< ckpt_write
   long long free_bytes = -1;     ///< ckpt_free
   int signal = 9;                ///< crash: SIGKILL, SIGABRT or SIGSEGV
+  long long seconds = -1;        ///< delay
 };
 
 /// Parses a WLB4D_FAULT value; "" gives an inactive spec.
@@ -60,8 +67,9 @@ FaultSpec parse_fault(const std::string& text);
 /// \throws std::invalid_argument as parse_fault.
 void check_fault_env();
 
-/// Fault point at the start of every step (`phase` "step"; the trainer).
-/// Remembers rank and step for the phase-only overload.
+/// Fault point `phase` of `step` on `world_rank` ("step": the start of every
+/// step, which also remembers rank and step for the phase-only overload;
+/// "ckpt_load" with step -1).
 void fault_point(const char* phase, int world_rank, std::int64_t step);
 
 /// Fault point inside a step ("forward", "backward"; the executor), for the
