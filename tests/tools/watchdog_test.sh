@@ -11,6 +11,9 @@
 #               for; of the ranks named, the one that reports no timeout
 #               itself is world rank 3 alone.
 #   p2p:        pp=2, rank 1 stalls: rank 0's send/recv names its peer 1.
+#   dp4:        dp=4, world rank 3 stalls: ranks 0-2 wait in the same DP
+#               collective and answer each other's queries: a message names
+#               rank 3 alone as not arrived and lists the others as waiting.
 set -u
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 src=$5
 work=$(mktemp -d /tmp/wlb4d-watchdog-XXXXXX)
@@ -22,6 +25,7 @@ case "$scenario" in
   collective) layout="--parallel.dp=2" ;;
   four) np=4 stalled=3 layout="--parallel.dp=2 --parallel.tp=2" ;;
   p2p) layout="--parallel.pp=2" ;;
+  dp4) np=4 stalled=3 layout="--parallel.dp=4" ;;
 esac
 start=$(date +%s)
 out=$(WLB4D_FAULT=stall:rank=$stalled:step=2 timeout -s KILL 100 "$mpiexec" -n $np "$wlb4d" "$src/inputs/ci-tiny.ini" \
@@ -39,6 +43,10 @@ case "$scenario" in
   p2p)
     printf '%s\n' "$timeouts" | grep -Eq "\[r0\].*communication timeout: (send|recv) on the PP group .*its peer, rank 1 \(world rank 1\) of the group, did not arrive" \
       || fail "rank 0 did not name its peer (world rank 1) as not arrived"
+    ;;
+  dp4)
+    printf '%s\n' "$timeouts" | grep -Eq "rank 3 \(world rank 3\) of the group did not arrive .*; waiting: [0-2] \(world rank [0-2]\) in allreduce, [0-2] \(world rank [0-2]\) in allreduce\$" \
+      || fail "no message names world rank 3 alone as not arrived and the two other ranks as waiting"
     ;;
   *)
     printf '%s\n' "$timeouts" | grep -Eq "rank [0-9] \(world rank $stalled\) of the group did not arrive" \
