@@ -4,6 +4,7 @@
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/log.hpp"
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb;
     core::install_stop_handlers();  // first: a stop during start-up is deferred, not fatal
+    core::check_fault_env();        // tests' WLB4D_FAULT: a typo fails every rank now, not mid-run
     core::CommandLine cl = core::parse_command_line(ac, av);
     const int rank = core::world_rank();
     if (cl.help) {
@@ -67,6 +69,10 @@ int main(int argc, char** argv) {
     const auto blas = core::probe_blas();  // the GEMMs' kernel ([P]): a generic one costs 4-7x
     spdlog::info("{}", blas.summary());
     if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
+    if (cfg.comm.wait == "block" && cfg.comm.timeout_s > 0 && rank == 0)
+      spdlog::warn("comm.timeout_s={:g} has no effect with comm.wait=block: a blocking MPI call cannot be timed, so "
+                   "a stopped rank hangs the job; use comm.wait=yield for the watchdog",
+                   cfg.comm.timeout_s);
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();

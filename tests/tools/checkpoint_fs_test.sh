@@ -12,17 +12,39 @@
 #              makes rank 1's writes fail as on a full disk in the middle of
 #              the step-10 checkpoint (rank 1 writes about 0.7 MB per
 #              checkpoint); the same checks as "full".
-# full/readonly need root (mount); they exit 77 (ctest: skipped) where tmpfs
-# cannot be mounted.
+#   full1:     "full" on 1 rank (tp=1), 2600 KiB tmpfs: the failed write
+#              must not leave a half-closed HDF5 file behind that
+#              MPI_Finalize then closes and crashes in (H5F__close_cb,
+#              rc 139 before the fix). WLB4D_FAULT=ckpt_free makes the
+#              free-space checks (whose estimate is about twice the file)
+#              pass, so the real write runs out of space mid-file.
+#   fault1:    "fault" on 1 rank: WLB4D_FAULT=ckpt_write:rank=0 fails rank
+#              0's writes past 2 MB (about 1.4 MB per checkpoint), the same
+#              checks as full1 (never skipped).
+#   nearly_full: no mount: WLB4D_FAULT=ckpt_free:bytes=100000 (statvfs as
+#              on a nearly full disk): refused at start-up, before step 1,
+#              on both ranks with "no space left on device for a checkpoint"
+#              and both figures.
+# full/full1/readonly need root (mount); they exit 77 (ctest: skipped) where
+# tmpfs cannot be mounted.
 set -u
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 ckpt=$5 src=$6
 work=$(mktemp -d /tmp/wlb4d-fs-XXXXXX)
 mnt=$work/mnt
 mkdir -p "$mnt"
 opts="size=4m"
+[ "$scenario" = full1 ] && opts="size=2600k"
 [ "$scenario" = readonly ] && opts="ro,size=1m"
+np=2 layout=--parallel.tp=2
+case "$scenario" in *1) np=1 layout=--parallel.tp=1 ;; esac
 if [ "$scenario" = fault ]; then
   export WLB4D_FAULT=ckpt_write:rank=1:after_bytes=1000000
+elif [ "$scenario" = fault1 ]; then
+  export WLB4D_FAULT=ckpt_write:rank=0:after_bytes=2000000
+elif [ "$scenario" = nearly_full ]; then
+  export WLB4D_FAULT=ckpt_free:bytes=100000
+elif [ "$scenario" = full1 ] && mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
+  export WLB4D_FAULT=ckpt_free:bytes=1000000000
 elif ! mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
   echo "checkpoint_fs_test: cannot mount a tmpfs here (needs root): skipped"; rm -rf "$work"; exit 77
 fi
@@ -33,7 +55,7 @@ cd "$work"
 dir=$mnt/ck
 [ "$scenario" = readonly ] && dir=$mnt
 start=$(date +%s)
-out=$(timeout -s KILL 120 "$mpiexec" -n 2 "$wlb4d" "$src/inputs/ci-tiny.ini" --parallel.tp=2 --train.steps=12 \
+out=$(timeout -s KILL 120 "$mpiexec" -n $np "$wlb4d" "$src/inputs/ci-tiny.ini" $layout --train.steps=12 \
       --checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir="$dir" 2>&1)
 rc=$?
 elapsed=$(( $(date +%s) - start ))
@@ -41,14 +63,21 @@ printf '%s\n' "$out"
 fail() { echo "checkpoint_fs_test ($scenario): $*"; exit 1; }
 [ "$rc" -eq 137 ] && fail "the job hung (killed after 120 s)"
 [ "$rc" -ne 0 ] || fail "the job exited 0"
+[ "$rc" -ge 128 ] && fail "the job died of signal $((rc - 128)) (rc $rc) instead of exiting with an error"
+printf '%s\n' "$out" | grep -q "H5F__close_cb\|Segmentation\|signal 11\|BAD TERMINATION" && fail "a crash was reported"
 case "$scenario" in
-  full|fault)
+  full|fault|full1|fault1)
     n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*no space left on device")
-    [ "$n" -ge 2 ] || fail "'no space left on device' from $n ranks, expected 2"
+    [ "$n" -ge "$np" ] || fail "'no space left on device' from $n ranks, expected $np"
     ls "$mnt/ck"/*.tmp > /dev/null 2>&1 && fail "a .tmp was left: $(ls "$mnt/ck")"
     [ "$(head -1 "$mnt/ck/latest")" = step_000005.h5 ] || fail "latest is '$(cat "$mnt/ck/latest")'"
     "$ckpt" verify "$mnt/ck/step_000005.h5" || fail "the step-5 checkpoint does not verify"
     [ "$elapsed" -le 60 ] || fail "took $elapsed s to fail"
+    ;;
+  nearly_full)
+    n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*checkpoint.dir='$dir': no space left on device for a checkpoint: it needs about [0-9]* MiB, the file system has 0 MiB (97 KiB) free")
+    [ "$n" -ge 2 ] || fail "'no space left on device for a checkpoint' with both figures from $n ranks, expected 2"
+    printf '%s\n' "$out" | grep -q "step *1/" && fail "training started before the check"
     ;;
   readonly)
     n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*checkpoint.dir='$dir'.*not writable")

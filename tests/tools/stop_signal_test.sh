@@ -1,26 +1,49 @@
 #!/usr/bin/env bash
-# stop_signal_test.sh WLB4D WLB4D_PREP SOURCE_DIR
-# Ctrl-C (SIGINT) during start-up is a graceful stop (issue [N]): the
-# handlers are installed first thing, the request is remembered through the
-# Trainer's start-up (calibration), and the run stops after its first step
-# with a checkpoint, exit 0.
+# stop_signal_test.sh WLB4D WLB4D_PREP SOURCE_DIR [SCENARIO]
+# A stop signal during start-up is a graceful stop (issue [N]): the handlers
+# are installed first thing, the request is remembered through the Trainer's
+# start-up, and the run stops after its first step with a checkpoint, exit 0.
+#   int (default), term, usr1: SIGINT / SIGTERM / SIGUSR1 during calibration
+#             (balance.calibrate=true), sent once the start-up line is out.
+#   int_load: SIGINT while the checkpoint is being loaded: a first run writes
+#             step 3; the resumed run is held 3 s before it reads the file
+#             (WLB4D_FAULT=delay:rank=0:phase=ckpt_load:seconds=3), the
+#             signal comes in that window; it must load, run step 4, write
+#             step 4 and exit 0.
 set -u
-wlb4d=$1 prep=$2 src=$3
+wlb4d=$1 prep=$2 src=$3 scenario=${4:-int}
 work=$(mktemp -d /tmp/wlb4d-sigint-XXXXXX)
 pid=
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 cd "$work"
 "$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
-fail() { echo "stop_signal_test: $*"; cat run.log; exit 1; }
-"$wlb4d" "$src/inputs/ci-tiny.ini" --train.steps=500 --train.print_every=1 --balance.calibrate=true \
-  --checkpoint.dir=ck --checkpoint.at_end=false > run.log 2>&1 &
+fail() { echo "stop_signal_test ($scenario): $*"; cat run.log; exit 1; }
+sig=INT wait_for="| deck " calibrate=true resume=never
+case "$scenario" in
+  term) sig=TERM ;;
+  usr1) sig=USR1 ;;
+  int_load)
+    "$wlb4d" "$src/inputs/ci-tiny.ini" --train.steps=3 --checkpoint.dir=ck --checkpoint.at_end=true > first.log 2>&1 || { cat first.log; exit 1; }
+    [ -f ck/step_000003.h5 ] || fail "the first run wrote no step-3 checkpoint"
+    export WLB4D_FAULT=delay:rank=0:phase=ckpt_load:seconds=3
+    wait_for="WLB4D_FAULT: delaying at fault point ckpt_load" calibrate=false resume=auto ;;
+esac
+"$wlb4d" "$src/inputs/ci-tiny.ini" --train.steps=500 --train.print_every=1 --balance.calibrate=$calibrate \
+  --checkpoint.dir=ck --checkpoint.resume=$resume --checkpoint.at_end=false > run.log 2>&1 &
 pid=$!
-for _ in $(seq 1 200); do grep -q "| deck " run.log && break; sleep 0.05; done
-grep -q "| deck " run.log || fail "no start-up line"
-kill -INT "$pid"
+for _ in $(seq 1 200); do grep -qF "$wait_for" run.log && break; sleep 0.05; done
+grep -qF "$wait_for" run.log || fail "no '$wait_for' line"
+grep -Eq "step +1/500" run.log && fail "step 1 ran before the signal was sent (the test did not hit start-up)"
+kill -$sig "$pid"
 wait "$pid"; rc=$?; pid=
-[ "$rc" -eq 0 ] || fail "exit code $rc after SIGINT (expected a graceful stop, 0)"
+[ "$rc" -eq 0 ] || fail "exit code $rc after SIG$sig (expected a graceful stop, 0)"
 grep -q "stop requested" run.log || fail "no 'stop requested' message"
-grep -Eq "checkpoint .*step_0000[0-9]{2}\.h5 written" run.log || fail "no checkpoint written"
+case "$scenario" in
+  int_load)
+    grep -q "resum" run.log || fail "no resume message"
+    grep -Eq "checkpoint .*step_000004\.h5 written" run.log || fail "no step-4 checkpoint (resumed at 3, one step)"
+    grep -Eq "step +5/500" run.log && fail "ran past the first step after the resume" ;;
+  *) grep -Eq "checkpoint .*step_0000[0-9]{2}\.h5 written" run.log || fail "no checkpoint written" ;;
+esac
 last=$(grep -Eo "step +[0-9]+/500" run.log | tail -1)
-echo "stop_signal_test: ok (stopped at '$last')"
+echo "stop_signal_test ($scenario): ok (stopped at '$last')"

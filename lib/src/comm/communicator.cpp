@@ -13,7 +13,10 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <array>
 #include <atomic>
+#include <string>
+#include <vector>
 #include <ctime>
 #include <climits>
 #include <cstdint>
@@ -109,6 +112,7 @@ void Communicator::check_live(const char* what) const {
   if (comm_ == MPI_COMM_NULL)
     throw core::CommError(fmt::format("wlb::comm: {} called on a null communicator", what));
   op_ = what;
+  peer_ = -1;
 }
 
 namespace {
@@ -160,6 +164,9 @@ void Communicator::wait(MPI_Request& req, MPI_Status* status) const {
   // does not prevent when every core has several yielding ranks.
   constexpr double kSpinSeconds = 2e-4;
   constexpr long kMaxSleepNs = 200000;
+  // A rank waiting this long answers the watchdog queries of a timed-out
+  // rank of the group (after the spin phase: no cost to short waits).
+  constexpr double kAnswerAfterSeconds = 0.5;
   int flag = 0;
   double t0 = -1;
   long sleep_ns = 20000;
@@ -170,17 +177,130 @@ void Communicator::wait(MPI_Request& req, MPI_Status* status) const {
     sched_yield();  // give the core to an oversubscribed neighbour
     const double t = core::wall_seconds();
     if (t0 < 0) t0 = t;
-    if (timeout > 0 && t - t0 > timeout)
-      throw core::CommError(fmt::format(
-          "communication timeout: {} on the {} group (this rank is {} of {}) has not completed after {:.0f} s "
-          "(comm.timeout_s={:g}): another rank of the group stopped, crashed or is stuck",
-          op_, name_, rank_, size_, t - t0, timeout));
+    if (timeout > 0 && t - t0 > kAnswerAfterSeconds) answer_watchdog_queries();
+    if (timeout > 0 && t - t0 > timeout) throw core::CommError(timeout_message(t - t0, timeout));
     if (t - t0 > kSpinSeconds) {
       timespec ts{0, sleep_ns};
       nanosleep(&ts, nullptr);
       sleep_ns = std::min(2 * sleep_ns, kMaxSleepNs);
     }
   }
+}
+
+// ---- watchdog side channel ------------------------------------------------------
+
+namespace {
+constexpr int kOpChars = 32;  // operation names are short literals ("allreduce")
+
+/// Polls `req` for at most `seconds` (never blocks); true if it completed.
+bool test_for(MPI_Request& req, double seconds) {
+  const double t0 = core::wall_seconds();
+  int flag = 0;
+  for (;;) {
+    if (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    if (core::wall_seconds() - t0 > seconds) return false;
+    sched_yield();
+  }
+}
+
+/// Drops a request that may never complete: cancel (local for a receive),
+/// then free it if the cancellation does not complete at once.
+void drop(MPI_Request& req) {
+  if (req == MPI_REQUEST_NULL) return;
+  MPI_Cancel(&req);
+  if (!test_for(req, 0.01) && req != MPI_REQUEST_NULL) MPI_Request_free(&req);
+}
+}  // namespace
+
+void Communicator::answer_watchdog_queries() const {
+  for (;;) {
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    if (MPI_Improbe(MPI_ANY_SOURCE, kWatchdogQueryTag, comm_, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
+    // Static: should a receive not complete, a late write lands in it, not
+    // in a dead stack frame (the content is not used).
+    static char query[kOpChars];
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (MPI_Imrecv(query, kOpChars, MPI_CHAR, &msg, &r) != MPI_SUCCESS) return;
+    if (!test_for(r, 1.0)) drop(r);  // a matched small message: arrives at once
+    // The answer is sent from op_'s literal (static storage), so the request
+    // can be freed without waiting: nothing on this side can hang on it.
+    MPI_Request a = MPI_REQUEST_NULL;
+    const int n = int(std::min<std::size_t>(std::strlen(op_) + 1, kOpChars));
+    if (MPI_Isend(const_cast<char*>(op_), n, MPI_CHAR, st.MPI_SOURCE, kWatchdogAnswerTag, comm_, &a) == MPI_SUCCESS)
+      MPI_Request_free(&a);
+  }
+}
+
+std::string Communicator::timeout_message(double waited, double timeout) const {
+  std::string msg = fmt::format("communication timeout: {} on the {} group (this rank is {} of {}) has not completed "
+                                "after {:.0f} s (comm.timeout_s={:g})",
+                                op_, name_, rank_, size_, waited, timeout);
+  // World ranks of the group's ranks (local calls).
+  const auto n_ranks = static_cast<std::size_t>(size_);
+  std::vector<int> mine(n_ranks), world(n_ranks, -1);
+  for (int r = 0; r < size_; ++r) mine[std::size_t(r)] = r;
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  if (MPI_Comm_group(comm_, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS)
+    MPI_Group_translate_ranks(g, size_, mine.data(), wg, world.data());
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (wg != MPI_GROUP_NULL) MPI_Group_free(&wg);
+  const auto who = [&](int r) { return fmt::format("{} (world rank {})", r, world[std::size_t(r)]); };
+  if (peer_ >= 0)
+    return msg + fmt::format(": its peer, rank {} of the group, did not arrive (stopped, crashed or stuck)",
+                             who(peer_));
+  // Ask the others (see set_wait_timeout), answering their questions meanwhile.
+  std::vector<MPI_Request> answers(n_ranks, MPI_REQUEST_NULL);
+  // Leaked on purpose: a receive whose cancellation comes too late may still
+  // write into it (this runs once per process, right before the abort).
+  auto& ops = *new std::vector<std::array<char, kOpChars>>(n_ranks);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request q = MPI_REQUEST_NULL;
+    const int n = int(std::min<std::size_t>(std::strlen(op_) + 1, kOpChars));
+    if (MPI_Isend(const_cast<char*>(op_), n, MPI_CHAR, r, kWatchdogQueryTag, comm_, &q) == MPI_SUCCESS)
+      MPI_Request_free(&q);
+    ops[std::size_t(r)].fill(0);
+    MPI_Irecv(ops[std::size_t(r)].data(), kOpChars, MPI_CHAR, r, kWatchdogAnswerTag, comm_, &answers[std::size_t(r)]);
+  }
+  const double grace = std::min(2.0, timeout), t0 = core::wall_seconds();
+  std::vector<bool> answered(n_ranks, false);
+  int left = size_ - 1;
+  while (left > 0 && core::wall_seconds() - t0 < grace) {
+    for (int r = 0; r < size_; ++r) {
+      int flag = 0;
+      auto& a = answers[std::size_t(r)];
+      if (r == rank_ || answered[std::size_t(r)] || a == MPI_REQUEST_NULL) continue;
+      if (MPI_Test(&a, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+        answered[std::size_t(r)] = true;
+        --left;
+      }
+    }
+    answer_watchdog_queries();
+    timespec ts{0, 200000};
+    nanosleep(&ts, nullptr);
+  }
+  std::string missing, waiting;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (!answered[std::size_t(r)]) {
+      drop(answers[std::size_t(r)]);
+      missing += (missing.empty() ? "" : ", ") + who(r);
+    } else {
+      ops[std::size_t(r)].back() = 0;
+      waiting += fmt::format("{}{} in {}", waiting.empty() ? "" : ", ", who(r), ops[std::size_t(r)].data());
+    }
+  }
+  if (!missing.empty())
+    msg += fmt::format(": rank{} {} of the group did not arrive (no answer within {:g} s: stopped, crashed, or busy "
+                       "outside this group)",
+                       missing.find(',') == std::string::npos ? "" : "s", missing, grace);
+  else
+    msg += ": every other rank of the group is waiting too (a lost message or a stuck network)";
+  if (!waiting.empty()) msg += "; waiting: " + waiting;
+  return msg;
 }
 
 // ---- collectives ----------------------------------------------------------------
@@ -333,6 +453,10 @@ template <class T> void Communicator::send(const T* data, std::size_t count, int
   if (dest < 0 || dest >= size_)
     throw core::CommError(fmt::format("wlb::comm: send from rank {}: destination {} out of range [0, {})", rank_,
                                       dest, size_));
+  if (tag >= kWatchdogQueryTag)
+    throw core::CommError(fmt::format("wlb::comm: send tag {} is reserved for the watchdog (use < {})", tag,
+                                      kWatchdogQueryTag));
+  peer_ = dest;
   const MPI_Datatype type = mpi_type<T>();
   const std::size_t lim = g_max_elems.load();
   std::size_t off = 0;
@@ -355,6 +479,10 @@ template <class T> void Communicator::recv(T* data, std::size_t count, int src, 
   if (src < 0 || src >= size_)
     throw core::CommError(
         fmt::format("wlb::comm: recv on rank {}: source {} out of range [0, {})", rank_, src, size_));
+  if (tag >= kWatchdogQueryTag)
+    throw core::CommError(fmt::format("wlb::comm: recv tag {} is reserved for the watchdog (use < {})", tag,
+                                      kWatchdogQueryTag));
+  peer_ = src;
   const MPI_Datatype type = mpi_type<T>();
   const std::size_t lim = g_max_elems.load();
   std::size_t off = 0;

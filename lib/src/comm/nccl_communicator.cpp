@@ -4,6 +4,7 @@
 
 #if defined(WLB4D_HAVE_NCCL)
 
+#include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 
 #include <fmt/format.h>
@@ -75,14 +76,21 @@ void NcclCommunicator::check_live(const char* what) const {
     throw core::CommError(fmt::format(
         "wlb::comm (NCCL backend): {} called on rank {} after the communicator was aborted by an earlier error", what,
         rank_));
+  op_ = what;
 }
 
 void NcclCommunicator::synchronize() const {
+  const char* const op = op_;  // the call being completed names the wait
   check_live("synchronize");
+  op_ = *op ? op : "synchronize";
   if (wait_ == WaitMode::Block) {
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", rank_);
     return;
   }
+  // The watchdog (comm.timeout_s, yield only): NCCL's standard recovery is
+  // ncclCommAbort, which unblocks the stream's kernels; NCCL does not say
+  // which ranks are missing (the MPI side channel cannot see inside a kernel).
+  const double timeout = wait_timeout(), t0 = core::wall_seconds();
   for (;;) {
     const cudaError_t e = cudaStreamQuery(stream_);
     if (e == cudaSuccess) return;
@@ -95,6 +103,15 @@ void NcclCommunicator::synchronize() const {
       st_->aborted = true;
       throw core::CommError(fmt::format("wlb::comm (NCCL backend): asynchronous NCCL error on rank {}: {} — {}",
                                         rank_, ncclGetErrorString(async), last));
+    }
+    if (timeout > 0 && core::wall_seconds() - t0 > timeout) {
+      ncclCommAbort(st_->comm);
+      st_->aborted = true;
+      throw core::CommError(fmt::format(
+          "communication timeout: {} on the NCCL communicator (this rank is {} of {}) has not completed after "
+          "{:.0f} s (comm.timeout_s={:g}): communicator aborted (ncclCommAbort); NCCL does not report which ranks "
+          "did not arrive — see the other ranks' messages",
+          op_, rank_, size_, core::wall_seconds() - t0, timeout));
     }
     sched_yield();
   }

@@ -281,7 +281,8 @@ const std::vector<KeySpec>& key_table() {
               one_of({"mpi", "nccl"})),
       WLB_KEY(double, comm, timeout_s,
               "collective watchdog (seconds): a wait longer than this ends the job on every rank, naming the "
-              "operation and group (0: off; wait=yield only)",
+              "operation, the group and the ranks that did not arrive (0: off; comm.wait=yield only: blocking MPI "
+              "calls cannot be timed, wlb4d warns)",
               at_least(0.0)),
       // [plan]
       WLB_KEY(std::string, plan, lengths, "wlb4d-plan: document lengths (JSON array file or HDF5 dataset)",

@@ -2,68 +2,153 @@
 #include "wlb4d/core/fault.hpp"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <unistd.h>
 
 namespace wlb::core {
 
 namespace {
-struct Fault {
-  bool active = false;
-  std::string kind, phase = "step";
-  int rank = -1;
-  std::int64_t step = -1;
-  long long after_bytes = -1;
-};
+const char* const kForms =
+    "expected stall:rank=R:step=S[:phase=step|forward|backward], "
+    "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], delay:rank=R:phase=P:seconds=N[:step=S], "
+    "ckpt_write:rank=R:after_bytes=N or ckpt_free:bytes=N";
 
-Fault parse(const char* text) {
-  Fault f;
-  if (!text || !*text) return f;
-  std::string s(text);
-  const auto colon = s.find(':');
-  f.kind = s.substr(0, colon);
-  std::size_t pos = colon;
-  while (pos != std::string::npos) {
-    const auto next = s.find(':', pos + 1);
-    const std::string kv = s.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
-    const auto eq = kv.find('=');
-    const std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
-    if (k == "rank") f.rank = std::atoi(v.c_str());
-    if (k == "step") f.step = std::atoll(v.c_str());
-    if (k == "phase") f.phase = v;
-    if (k == "after_bytes") f.after_bytes = std::atoll(v.c_str());
-    pos = next;
-  }
-  f.active = (f.kind == "stall" && f.rank >= 0 && f.step >= 0) ||
-             (f.kind == "ckpt_write" && f.rank >= 0 && f.after_bytes >= 0);
-  if (!f.active)
-    std::fprintf(stderr,
-                 "wlb4d: WLB4D_FAULT='%s' is not stall:rank=R:step=S or ckpt_write:rank=R:after_bytes=N; ignored\n",
-                 text);
-  return f;
+[[noreturn]] void bad(const std::string& text, const std::string& why) {
+  throw std::invalid_argument("WLB4D_FAULT='" + text + "': " + why + "; " + kForms);
 }
 
-const Fault& fault() {
-  static const Fault f = parse(std::getenv("WLB4D_FAULT"));
-  return f;
+long long to_count(const std::string& text, const std::string& key, const std::string& v) {
+  std::size_t used = 0;
+  long long x = -1;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size() || x < 0) bad(text, key + "='" + v + "' is not a non-negative integer");
+  return x;
+}
+
+struct State {
+  FaultSpec spec;
+  int rank = -1;
+  std::int64_t step = -1;
+};
+
+State& state() {
+  static State s = [] {
+    State st;
+    st.spec = parse_fault(std::getenv("WLB4D_FAULT") ? std::getenv("WLB4D_FAULT") : "");
+    return st;
+  }();
+  return s;
+}
+
+void fire(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
+  const char* what = f.kind == "crash" ? "crashing" : f.kind == "delay" ? "delaying" : "stalling";
+  if (step >= 0)
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at step %lld (fault point %s)\n", rank, what,
+                 static_cast<long long>(step), phase);
+  else
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at fault point %s\n", rank, what, phase);
+  std::fflush(stderr);
+  if (f.kind == "delay") {
+    // sleep_for resumes after a signal (EINTR): the delay is the whole time.
+    std::this_thread::sleep_for(std::chrono::seconds(f.seconds));
+    return;
+  }
+  if (f.kind == "crash") {
+    // Not std::abort's handlers or exit's atexit: the process vanishes the
+    // way a lost node does (SIGKILL cannot be caught; ABRT/SEGV default).
+    std::signal(f.signal, SIG_DFL);
+    ::kill(::getpid(), f.signal);
+    _exit(128 + f.signal);
+  }
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 }  // namespace
 
+FaultSpec parse_fault(const std::string& text) {
+  FaultSpec f;
+  if (text.empty()) return f;
+  const auto colon = text.find(':');
+  f.kind = text.substr(0, colon);
+  if (f.kind != "stall" && f.kind != "crash" && f.kind != "delay" && f.kind != "ckpt_write" && f.kind != "ckpt_free")
+    bad(text, "unknown kind '" + f.kind + "'");
+  std::size_t pos = colon;
+  while (pos != std::string::npos) {
+    const auto next = text.find(':', pos + 1);
+    const std::string kv = text.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) bad(text, "'" + kv + "' is not key=value");
+    const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    const bool step_kind = f.kind == "stall" || f.kind == "crash" || f.kind == "delay";
+    if (k == "rank" && f.kind != "ckpt_free") {
+      f.rank = int(to_count(text, k, v));
+    } else if (k == "step" && step_kind) {
+      f.step = to_count(text, k, v);
+    } else if (k == "phase" && step_kind) {
+      if (v != "step" && v != "forward" && v != "backward" && v != "ckpt_load")
+        bad(text, "phase='" + v + "' is not step, forward, backward or ckpt_load");
+      f.phase = v;
+    } else if (k == "signal" && f.kind == "crash") {
+      if (v == "KILL") f.signal = SIGKILL;
+      else if (v == "ABRT") f.signal = SIGABRT;
+      else if (v == "SEGV") f.signal = SIGSEGV;
+      else bad(text, "signal='" + v + "' is not KILL, ABRT or SEGV");
+    } else if (k == "seconds" && f.kind == "delay") {
+      f.seconds = to_count(text, k, v);
+    } else if (k == "after_bytes" && f.kind == "ckpt_write") {
+      f.after_bytes = to_count(text, k, v);
+    } else if (k == "bytes" && f.kind == "ckpt_free") {
+      f.free_bytes = to_count(text, k, v);
+    } else {
+      bad(text, "'" + k + "' is not a field of " + f.kind);
+    }
+    pos = next;
+  }
+  if (f.kind != "ckpt_free" && f.rank < 0) bad(text, f.kind + " needs rank=R");
+  if ((f.kind == "stall" || f.kind == "crash") && f.step < 0) bad(text, f.kind + " needs step=S");
+  if (f.kind == "delay" && f.seconds < 0) bad(text, "delay needs seconds=N");
+  if (f.kind == "ckpt_write" && f.after_bytes < 0) bad(text, "ckpt_write needs after_bytes=N");
+  if (f.kind == "ckpt_free" && f.free_bytes < 0) bad(text, "ckpt_free needs bytes=N");
+  return f;
+}
+
+void check_fault_env() { (void)state(); }
+
+static bool matches(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
+  return (f.kind == "stall" || f.kind == "crash" || f.kind == "delay") && rank == f.rank &&
+         (f.step < 0 || step == f.step) && f.phase == phase;
+}
+
 void fault_point(const char* phase, int world_rank, std::int64_t step) {
-  const Fault& f = fault();
-  if (!f.active || f.kind != "stall" || world_rank != f.rank || step != f.step || f.phase != phase) return;
-  std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: stalling at %s %lld\n", world_rank, phase,
-               static_cast<long long>(step));
-  std::fflush(stderr);
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  State& s = state();
+  if (std::string(phase) == "step") {
+    s.rank = world_rank;
+    s.step = step;
+  }
+  if (matches(s.spec, phase, world_rank, step)) fire(s.spec, phase, world_rank, step);
+}
+
+void fault_point(const char* phase) {
+  State& s = state();
+  if (matches(s.spec, phase, s.rank, s.step)) fire(s.spec, phase, s.rank, s.step);
 }
 
 bool fault_write_fails(int world_rank, std::uint64_t bytes_after) {
-  const Fault& f = fault();
-  return f.active && f.kind == "ckpt_write" && world_rank == f.rank && bytes_after > std::uint64_t(f.after_bytes);
+  const FaultSpec& f = state().spec;
+  return f.kind == "ckpt_write" && world_rank == f.rank && bytes_after > std::uint64_t(f.after_bytes);
+}
+
+long long fault_free_bytes() {
+  const FaultSpec& f = state().spec;
+  return f.kind == "ckpt_free" ? f.free_bytes : -1;
 }
 
 }  // namespace wlb::core

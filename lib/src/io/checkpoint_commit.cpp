@@ -2,6 +2,7 @@
 // tmp+rename commit, the `latest` list, retention, listing and the choice of
 // the checkpoint to resume from.
 #include "checkpoint_detail.hpp"
+#include "wlb4d/core/fault.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -44,14 +45,16 @@ void mkdirs(const std::string& dir) {
   }
 }
 
-std::uint64_t free_bytes(const std::string& dir) {
+std::uint64_t free_bytes(const std::string& dir, bool injectable) {
+  if (const long long injected = core::fault_free_bytes(); injectable && injected >= 0)  // tests (WLB4D_FAULT)
+    return std::uint64_t(injected);
   struct statvfs sv {};
   if (::statvfs(dir.c_str(), &sv) != 0) return UINT64_MAX;  // unknown: do not refuse
   return std::uint64_t(sv.f_bavail) * std::uint64_t(sv.f_frsize);
 }
 
 std::string space_note(const std::string& dir) {
-  const std::uint64_t f = free_bytes(dir);
+  const std::uint64_t f = free_bytes(dir, /*injectable=*/false);  // the cause of a failure: the real figure
   if (f == UINT64_MAX) return "";
   return " (" + std::to_string(f >> 10) + " KiB free in " + dir + (f < (1u << 20) ? ": no space left on device)" : ")");
 }
@@ -65,7 +68,7 @@ void check_dir_for_checkpoints(const std::string& dir, std::uint64_t bytes) {
     throw CheckpointError("checkpoint.dir='" + dir + "' is not writable: " + std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
-  const std::uint64_t f = free_bytes(dir);
+  const std::uint64_t f = free_bytes(dir, /*injectable=*/true);
   if (f != UINT64_MAX && f < bytes)
     throw CheckpointError("checkpoint.dir='" + dir + "': no space left on device for a checkpoint: it needs about " +
                           std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB, the file system has " +

@@ -136,8 +136,10 @@ bool is_file(const std::string& p);
 /// mkdir -p. \throws CheckpointError naming checkpoint.dir.
 void mkdirs(const std::string& dir);
 /// Free bytes for an unprivileged writer in dir's file system (statvfs
-/// f_bavail · f_frsize); UINT64_MAX when unknown.
-std::uint64_t free_bytes(const std::string& dir);
+/// f_bavail · f_frsize); UINT64_MAX when unknown. `injectable`: the
+/// start-up/pre-write checks, which WLB4D_FAULT=ckpt_free may override
+/// (fault.hpp); false for the figure that explains a failed write.
+std::uint64_t free_bytes(const std::string& dir, bool injectable);
 /// " (N KiB free in DIR[: no space left on device])", or "" when unknown:
 /// appended to a failed write's message so it names the cause.
 std::string space_note(const std::string& dir);

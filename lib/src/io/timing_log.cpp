@@ -16,6 +16,10 @@
 #include <type_traits>
 #include <vector>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 namespace wlb::io {
 
@@ -292,7 +296,11 @@ void TimingLog::Impl::create(const std::string& h5_path) {
     h5::Quiet quiet;
     file = Handle(H5Fcreate(h5_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   }
-  if (!file.valid()) throw DataError("timing log '" + h5_path + "' cannot be created");
+  if (!file.valid()) {
+    // H5Fcreate leaves errno from its open(2): the cause, not HDF5's stack.
+    const int e = errno;
+    throw DataError("timing log '" + h5_path + "' cannot be created" + (e ? std::string(": ") + std::strerror(e) : ""));
+  }
   steps = create_table(file.get(), h5_path, "/steps", rtype.get());
   restarts = create_table(file.get(), h5_path, "/restarts", stype.get());
   h5::write_attr_string(file.get(), "format", "wlb4d-timing", h5_path, h5::StrKind::FixedAscii);
@@ -361,6 +369,45 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
 }
 
 TimingLog::~TimingLog() = default;
+
+namespace {
+/// "" when `path` (deck key `key`) can be written, else the reason.
+std::string log_path_problem(const char* key, const std::string& path) {
+  if (path.empty()) return "";
+  const std::string pre = std::string(key) + "='" + path + "': ";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return pre + "is a directory (it names the log file)";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND);
+    if (fd < 0) return pre + "exists but cannot be written: " + std::strerror(errno);
+    ::close(fd);
+    return "";
+  }
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (::stat(dir.c_str(), &st) != 0)
+    return pre + "folder '" + dir + "' does not exist (the timing log does not create folders): " +
+           std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return pre + "'" + dir + "' is not a directory";
+  const std::string probe = dir + "/.wlb4d-probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) return pre + "folder '" + dir + "' is not writable: " + std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+}  // namespace
+
+void check_timing_log_paths(const std::string& timing_file, const std::string& csv_file,
+                            const comm::Communicator& world) {
+  std::string err;
+  if (world.rank() == 0) {
+    err = log_path_problem("log.timing_file", timing_file);
+    if (err.empty()) err = log_path_problem("log.csv_file", csv_file);
+  }
+  err = comm::agree(world, err);
+  if (!err.empty()) throw DataError(err);
+}
 
 std::vector<TimingRecord> TimingLog::append(const TimingRecord& mine) {
   const auto& w = impl_->world;

@@ -5,6 +5,7 @@
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
 
@@ -165,6 +166,7 @@ void Executor::bind_cp(int mb) {
 }
 
 void Executor::forward(const Action& a, bool backward, RunStats& st) {
+  core::fault_point("forward");  // tests only (WLB4D_FAULT)
   auto& L = *loaded_;
   const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
   auto& chunk = *chunks_[vs];
@@ -183,6 +185,7 @@ void Executor::forward(const Action& a, bool backward, RunStats& st) {
 }
 
 void Executor::backward(const Action& a, double grad_scale, RunStats& st) {
+  core::fault_point("backward");  // tests only (WLB4D_FAULT)
   auto& L = *loaded_;
   const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
   auto& chunk = *chunks_[vs];

@@ -293,8 +293,8 @@ void check_plan_bounds(const core::Config& cfg, const std::vector<std::int64_t>&
   if (work > kMaxPlanTokens)
     throw core::ConfigError(fmt::format(
         "wlb4d-plan: plan.steps={} x {:.0f} rows x train.micro_batches={} x {:.0f} tokens = {:.3g} simulated "
-        "tokens exceeds the planner's bound of {:.3g} (minutes of work): lower plan.steps or "
-        "train.micro_batches",
+        "tokens exceeds the planner's bound of {:.3g} (minutes of work): lower plan.steps, "
+        "train.micro_batches or train.max_seq_len/balance.max_tokens",
         cfg.plan.steps, rows, cfg.train.micro_batches, T, work, kMaxPlanTokens));
 }
 

@@ -179,6 +179,9 @@ struct Trainer::Impl {
         train_ds(data::TokenDataset::open(c.data.train)),
         stream(train_ds, c.train.seed, c.data.shuffle, c.data.max_docs > 0 ? c.data.max_docs : -1),
         source(stream) {
+    // The outputs first: an unwritable log fails now, not after calibration
+    // and checkpoint load (checkpoint.dir is checked below, once its size is known).
+    io::check_timing_log_paths(c.log.timing_file, c.log.csv_file, g.world());
     if (!c.data.val.empty()) val_ds.emplace(data::TokenDataset::open(c.data.val));
     if (g.rank() == 0)
       for (const auto* ds : {&train_ds, val_ds ? &*val_ds : nullptr})
@@ -529,6 +532,7 @@ struct Trainer::Impl {
                                          });
     if (!path) return;
     ckpt->prepare_load();  // ZeRO-1: host staging for the whole moments
+    core::fault_point("ckpt_load", grid.rank(), -1);  // tests only (WLB4D_FAULT)
     const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
     ckpt->push();
     resumed_from = *path;

@@ -259,6 +259,16 @@ TEST_P(CommTest, RecvSizeMismatchIsAnError) {
   c.barrier();
 }
 
+// The watchdog's side-channel tags are not for the caller (they would be
+// taken for a watchdog query or answer).
+TEST_P(CommTest, WatchdogTagsAreReserved) {
+  int x = 1;
+  for (int tag : {wlb::comm::kWatchdogQueryTag, wlb::comm::kWatchdogAnswerTag}) {
+    EXPECT_THROW(c.send(&x, 1, 0, tag), wlb::core::CommError);
+    EXPECT_THROW(c.recv(&x, 1, 0, tag), wlb::core::CommError);
+  }
+}
+
 TEST_P(CommTest, NullCommunicatorThrows) {
   Communicator null;
   int x = 1;

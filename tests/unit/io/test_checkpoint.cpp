@@ -207,6 +207,40 @@ TEST(Checkpoint, MissingDatasetIsNamed) {
   }
 }
 
+// A tensor stored with an integer datatype (same name and shape) is refused
+// by load and verify, naming the dataset and the expected type, before any
+// value is converted (HDF5 would silently convert int32 to float).
+TEST(Checkpoint, WrongDatatypeIsNamed) {
+  const std::string path = save(fresh_dir("dtype"), 7);
+  const char* name = "/model/layers.1.attn.wq";
+  {
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    hid_t sp = H5Dget_space(ds);
+    H5Dclose(ds);
+    ASSERT_GE(H5Ldelete(f, name, H5P_DEFAULT), 0);
+    hid_t bad = H5Dcreate2(f, name, H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(bad, 0);
+    std::vector<std::int32_t> zeros(std::size_t(H5Sget_simple_extent_npoints(sp)), 0);
+    ASSERT_GE(H5Dwrite(bad, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()), 0);
+    H5Dclose(bad);
+    H5Sclose(sp);
+    H5Fclose(f);
+  }
+  const std::string want = std::string(name) + " has the wrong datatype (expected float32)";
+  const std::string err = load_error(path);
+  EXPECT_TRUE(contains(err, "checkpoint " + path)) << err;
+  EXPECT_TRUE(contains(err, want)) << err;
+  try {
+    io::verify_checkpoint(path);
+    ADD_FAILURE() << "verify passed a tensor stored as int32";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), want)) << e.what();
+  }
+}
+
 TEST(Checkpoint, NotHdf5AndMissingFileAreReported) {
   const std::string dir = fresh_dir("nothdf5");
   fs::create_directories(dir);
@@ -529,6 +563,48 @@ TEST(TimingLog, CsvRoundTripsTheHdf5Values) {
 
 // A log of another format version is refused with the file and the rule named,
 // not appended to with a mismatched row layout.
+// A timing log that cannot be created: our message (the file and the cause),
+// and none of HDF5's own error stack on stderr.
+TEST(TimingLog, CreateFailureIsOurMessageWithoutTheHdf5Stack) {
+  fs::remove_all("no_such_dir_tl");
+  testing::internal::CaptureStderr();
+  std::string what;
+  try {
+    io::TimingLog log("no_such_dir_tl/t.h5", "", comm::Communicator::self(), io::RestartRecord{});
+  } catch (const core::DataError& e) {
+    what = e.what();
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(what, "timing log 'no_such_dir_tl/t.h5' cannot be created: No such file or directory");
+  EXPECT_EQ(err.find("HDF5-DIAG"), std::string::npos) << err;
+  EXPECT_EQ(err, "");
+}
+
+// The start-up check names the key, the path and the cause.
+TEST(TimingLog, StartupCheckNamesKeyPathAndCause) {
+  const auto self = comm::Communicator::self();
+  fs::remove_all("tl_check");
+  fs::create_directories("tl_check/sub");
+  std::ofstream("tl_check/file") << "x";
+  const auto error = [&](const std::string& h5, const std::string& csv) {
+    try {
+      io::check_timing_log_paths(h5, csv, self);
+    } catch (const core::DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("", ""), "");
+  EXPECT_EQ(error("tl_check/t.h5", "tl_check/t.csv"), "");
+  EXPECT_FALSE(fs::exists("tl_check/t.h5")) << "the check must not create the log";
+  EXPECT_TRUE(contains(error("tl_check/nope/t.h5", ""),
+                       "log.timing_file='tl_check/nope/t.h5': folder 'tl_check/nope' does not exist"));
+  EXPECT_TRUE(contains(error("", "tl_check/file/t.csv"), "log.csv_file='tl_check/file/t.csv': 'tl_check/file' is "
+                                                         "not a directory"));
+  EXPECT_TRUE(contains(error("tl_check/sub", ""), "log.timing_file='tl_check/sub': is a directory"));
+  EXPECT_EQ(fs::directory_iterator("tl_check/sub") == fs::directory_iterator(), true) << "a probe file was left";
+}
+
 TEST(TimingLog, RefusesOtherFormatVersion) {
   fs::remove("timing_v1.h5");
   {

@@ -85,10 +85,27 @@ double comm_cpu_seconds();
 /// operation, the group (Communicator::name), this rank and the wait — a rank
 /// of the group stopped, crashed or is stuck — so the job ends (mpi_main
 /// aborts every rank) instead of hanging. 0 disables it; WaitMode::Block
-/// waits inside MPI and has no watchdog. Process-wide; default 0 until the
-/// trainer sets the deck's value.
+/// waits inside MPI and has no watchdog (wlb4d warns). Process-wide; default 0
+/// until the trainer sets the deck's value.
+///
+/// The ranks that did not arrive: for send/recv the message names the peer.
+/// For a collective the timed-out rank asks every other rank of the group on
+/// a side channel (point-to-point on the same communicator, reserved tags
+/// kWatchdogQueryTag/kWatchdogAnswerTag; MPI keeps them apart from the
+/// collectives) and collects answers for min(2 s, timeout): a rank that has
+/// been waiting on this communicator for more than 0.5 s answers with the
+/// operation it waits in (it polls for queries in its own wait loop); a rank
+/// that does not answer is not waiting on this group (stopped, crashed, or
+/// busy elsewhere) and is named as not arrived, with its world rank. This
+/// cannot hang: only nonblocking calls with bounded polls, and the
+/// unanswered requests are cancelled; the job is aborted right after.
 void set_wait_timeout(double seconds);
 double wait_timeout();
+
+/// Tags reserved for the watchdog's side channel (send/recv refuse them).
+/// MPI guarantees MPI_TAG_UB >= 32767.
+inline constexpr int kWatchdogQueryTag = 32766;
+inline constexpr int kWatchdogAnswerTag = 32767;
 
 /// A communicator over one group of ranks (one grid axis, or DP×CP).
 /// Copyable handle; the underlying MPI_Comm is owned by whoever created it
@@ -258,9 +275,14 @@ class Communicator {
   void wait(MPI_Request& req, MPI_Status* status) const;
   /// Throws CommError unless this wraps a live communicator.
   void check_live(const char* what) const;
+  /// Watchdog side channel (see set_wait_timeout): answers pending queries.
+  void answer_watchdog_queries() const;
+  /// The timeout message, after asking the group who is waiting.
+  std::string timeout_message(double waited, double timeout) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_ = "MPI communicator";
   mutable const char* op_ = "";  // the operation being waited for (watchdog message)
+  mutable int peer_ = -1;        // its peer (send/recv), -1 for a collective
   std::shared_ptr<MPI_Comm> owner_;
   WaitMode wait_ = WaitMode::Yield;
   int rank_ = 0;

@@ -94,6 +94,7 @@ class NcclCommunicator {
     ~State();
   };
   std::shared_ptr<State> st_;
+  mutable const char* op_ = "";  // the operation being waited for (watchdog message)
   cudaStream_t stream_ = nullptr;
   WaitMode wait_ = WaitMode::Yield;
   int rank_ = 0;

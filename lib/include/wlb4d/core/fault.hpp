@@ -1,34 +1,89 @@
 #pragma once
 /// \file fault.hpp
 /// \brief Deterministic fault injection for tests (not a deck key): the
-/// environment variable WLB4D_FAULT names one fault, so crash, stall and
-/// timeout tests do not race a poller that sends signals.
+/// environment variable WLB4D_FAULT names one fault, so crash, stall,
+/// full-disk and timeout tests do not race a poller that sends signals.
 ///
-///   WLB4D_FAULT=stall:rank=R:step=S   world rank R stops making progress (it
+///   WLB4D_FAULT=stall:rank=R:step=S[:phase=P]
+///                                     world rank R stops making progress (it
 ///                                     sleeps, as under SIGSTOP) when it
-///                                     reaches fault point "step" at step S
+///                                     reaches fault point P of step S
 ///                                     (0-based).
+///   WLB4D_FAULT=crash:rank=R:step=S[:phase=P][:signal=KILL|ABRT|SEGV]
+///                                     world rank R dies there of the signal
+///                                     (default KILL: no handler, no flush,
+///                                     as a node or OOM-killer loss).
+///   WLB4D_FAULT=delay:rank=R:phase=P:seconds=N[:step=S]
+///                                     world rank R sleeps N s at fault point
+///                                     P (of step S; any step when omitted),
+///                                     then goes on: a window in which a test
+///                                     sends a signal (e.g. during ckpt_load).
 ///   WLB4D_FAULT=ckpt_write:rank=R:after_bytes=N
 ///                                     checkpoint writes of world rank R fail
 ///                                     as on a full disk (ENOSPC) once the
 ///                                     tensor bytes it has written in this
 ///                                     process would exceed N; deterministic
 ///                                     mid-write "no space left on device".
+///   WLB4D_FAULT=ckpt_free:bytes=N     the free space that the checkpoint.dir
+///                                     checks see (start-up and before each
+///                                     write) is N bytes instead of statvfs'
+///                                     figure: a nearly full disk without a
+///                                     mount, or a roomy one so that a small
+///                                     tmpfs fails inside the write.
 ///
-/// A malformed value is reported once on stderr and ignored. Unset (the
-/// normal case) costs one getenv at the first call.
+/// Fault points P: "step" (default; start of Trainer::step), "forward" and
+/// "backward" (the first forward / backward action of the step in the
+/// pipeline executor), "ckpt_load" (the trainer, before it reads the
+/// checkpoint it resumes from; step -1).
+///
+/// Errors: a malformed value throws std::invalid_argument naming
+/// WLB4D_FAULT, the value and the rule (check_fault_env() at start-up, on
+/// every rank). Unset (the normal case) costs one getenv.
 
 #include <cstdint>
+#include <string>
 
 namespace wlb::core {
 
-/// Called by the trainer at the start of every step (`phase` "step").
+/// One parsed WLB4D_FAULT value (kind empty: no fault).
+struct FaultSpec {
+  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free
+  std::string phase = "step";    ///< step, forward, backward, ckpt_load (stall/crash/delay)
+  int rank = -1;                 ///< world rank (stall, crash, ckpt_write)
+  std::int64_t step = -1;        ///< 0-based step (stall, crash)
+  long long after_bytes = -1;    ///< ckpt_write
+  long long free_bytes = -1;     ///< ckpt_free
+  int signal = 9;                ///< crash: SIGKILL, SIGABRT or SIGSEGV
+  long long seconds = -1;        ///< delay
+};
+
+/// Parses a WLB4D_FAULT value; "" gives an inactive spec.
+/// \throws std::invalid_argument "WLB4D_FAULT='…': …" naming the bad field
+///         and the accepted forms.
+FaultSpec parse_fault(const std::string& text);
+
+/// Parses the environment's WLB4D_FAULT once (the value every fault hook
+/// uses). Call first thing, so a typo fails the run on every rank at once.
+/// \throws std::invalid_argument as parse_fault.
+void check_fault_env();
+
+/// Fault point `phase` of `step` on `world_rank` ("step": the start of every
+/// step, which also remembers rank and step for the phase-only overload;
+/// "ckpt_load" with step -1).
 void fault_point(const char* phase, int world_rank, std::int64_t step);
+
+/// Fault point inside a step ("forward", "backward"; the executor), for the
+/// rank and step of the last fault_point("step", …) call.
+void fault_point(const char* phase);
 
 /// True when WLB4D_FAULT=ckpt_write:rank=R:after_bytes=N names this rank and
 /// `bytes_after` (its checkpoint tensor bytes in this process, including the
 /// write about to be made) exceeds N: the caller then fails that write with
 /// ENOSPC's message.
 bool fault_write_fails(int world_rank, std::uint64_t bytes_after);
+
+/// The free bytes that WLB4D_FAULT=ckpt_free:bytes=N asks checkpoint.dir's
+/// checks to see; -1 when not set (use statvfs).
+long long fault_free_bytes();
 
 }  // namespace wlb::core

@@ -132,7 +132,9 @@ class TimingLog {
   /// steps again (a resume from a checkpoint older than the last logged
   /// step), so every step appears once, from the start that ran it last;
   /// /restarts keeps every start.
-  /// \throws core::DataError if the file exists but is not a timing log.
+  /// \throws core::DataError if the file exists but is not a timing log, or
+  ///         cannot be created ("timing log 'P' cannot be created: <errno
+  ///         text>"; HDF5's own error stack is not printed).
   TimingLog(const std::string& h5_path, const std::string& csv_path, const comm::Communicator& world,
             const RestartRecord& restart, const RunIdentity& identity = {});
   ~TimingLog();
@@ -158,5 +160,18 @@ class TimingLog {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Start-up check (collective over `world`; rank 0, the writer, looks) of
+/// the timing log's files, before calibration and checkpoint load, so that an
+/// unwritable log fails in seconds, not after them: for each non-empty path
+/// (keys log.timing_file, log.csv_file) an existing file must be writable;
+/// otherwise its folder must exist, be a directory, and take a new file (a
+/// probe file is created and removed; access(W_OK) misses read-only mounts
+/// for root).
+/// \throws core::DataError on every rank naming the key, the path and the
+///         cause, e.g. "log.timing_file='runs/x/t.h5': folder 'runs/x' does
+///         not exist (the timing log does not create folders)".
+void check_timing_log_paths(const std::string& timing_file, const std::string& csv_file,
+                            const comm::Communicator& world);
 
 }  // namespace wlb::io
