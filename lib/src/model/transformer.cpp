@@ -229,6 +229,13 @@ void Transformer<Scalar>::allreduce_tp(const View2<Scalar>& x) const {
 }
 
 template <class Scalar>
+void Transformer<Scalar>::notify_grads_ready(std::int64_t from) const {
+  if (!grads_ready_) return;
+  Kokkos::fence();  // the gradient kernels are done before a reduction reads them
+  grads_ready_(from);
+}
+
+template <class Scalar>
 std::pair<std::int64_t, std::int64_t> Transformer<Scalar>::residual_rows(std::int64_t T) const {
   return sp_ ? split_range(T, tp_.size(), tp_.rank()) : std::pair<std::int64_t, std::int64_t>(0, T);
 }
@@ -525,6 +532,7 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
     const auto& N = params_[final_norm_];
     rmsnorm_backward(XO, Ts, N.value, v1(top(slot, kRstdF), Ts), DXNL, DRES, norm_dw(N.grad), false);
+    if (fused && !sp_) notify_grads_ready(std::int64_t(N.offset));  // final norm and head done
   } else {
     if (!(std::int64_t(grad_output.extent(0)) >= Ts && std::int64_t(grad_output.extent(1)) == d_))
       throw std::invalid_argument(
@@ -603,6 +611,7 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     reduce_dxn();
     const auto& N1 = params_[P.attn_norm];
     rmsnorm_backward(X, Ts, N1.value, RSTD1, DXNL, DRES, norm_dw(N1.grad), true);
+    if (fused && !sp_) notify_grads_ready(std::int64_t(N1.offset));  // layer l done (attn_norm is its first tensor)
   }
   if (fused) {
     slot_tokens_[slot] = -1;  // the slot is free again
@@ -657,8 +666,10 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
     const auto local = v2(p, Ts, d_);
     return sp_ ? allgather_tp(local, T, kFull) : local;
   };
-  if (params_.shard().head)
+  if (params_.shard().head) {
     linear_backward_weight(gathered(top(slot, kXnF)), v2(top(slot, kLogits), T, vl_), params_[lm_head_].grad2());
+    notify_grads_ready(std::int64_t(params_[final_norm_].offset));  // the final norm was done at B
+  }
   for (int l = nlayers_ - 1; l >= 0; --l) {
     const LayerParams& P = lp_[std::size_t(l)];
     auto wf = [&](Field f) { return wfield(slot, wslot, l, f); };
@@ -671,6 +682,7 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
     linear_backward_weight(XN1g, v2(wf(kQ), T, qd), params_[P.wq].grad2());
     linear_backward_weight(XN1g, v2(wf(kK), T, kd), params_[P.wk].grad2());
     linear_backward_weight(XN1g, v2(wf(kV), T, kd), params_[P.wv].grad2());
+    notify_grads_ready(std::int64_t(params_[P.attn_norm].offset));  // its norms were done at B
   }
   slot_tokens_[slot] = -1;
   slot_b_done_[std::size_t(slot)] = 0;

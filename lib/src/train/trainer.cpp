@@ -203,7 +203,14 @@ struct Trainer::Impl {
     }
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
-    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero);
+    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero, c.comm.bucket_mib);
+    // Bucketed DP reduction: buckets start during the backward (optimizer.hpp).
+    if (c.comm.bucket_mib > 0 && g.dpcp().size() > 1) {
+      pipeline::GradHooks hooks;
+      hooks.ready = [o = opt.get()](std::size_t chunk, std::int64_t from) { o->grads_ready(chunk, from); };
+      hooks.progress = [o = opt.get()] { o->progress(); };
+      exec->set_grad_hooks(std::move(hooks));
+    }
     const std::vector<const model::ParamRegistry<float>*> cregs(regs.begin(), regs.end());
     ckpt = std::make_unique<io::ModelCheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq(),
                                                       opt->zero() == 1 ? &g.dpcp() : nullptr);  // collective over pp

@@ -107,6 +107,7 @@
 #include "wlb4d/model/params.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -255,6 +256,16 @@ class Transformer {
   /// \throws std::logic_error if (slot, wslot) holds no pending W.
   void backward_weight(int slot, int wslot);
 
+  /// Gradient-ready hook (DP bucketed reduction, optim::Optimizer::grads_ready):
+  /// called as hook(from) when every gradient element at chunk-flat offset
+  /// >= from (params().grads(), registry order) has received this call's
+  /// contribution: in backward_weight() after the LM head's W and after each
+  /// layer's W (norm weights were done at B); in the fused backward() after
+  /// the head and after each layer, except under sequence parallelism, whose
+  /// norm-weight gradients are added at its end. Not called by
+  /// backward_input(). Empty (the default): no calls.
+  void set_grads_ready_hook(std::function<void(std::int64_t)> hook) { grads_ready_ = std::move(hook); }
+
   /// Forgets the forward pending in `slot` without running its backward
   /// (evaluation, finite-difference probes). No-op if none is pending.
   void discard(int slot);
@@ -358,6 +369,9 @@ class Transformer {
   View1<Scalar> norm_grad_;               // SP: partial norm-weight gradients of one backward
   mutable std::vector<int> sp_counts_, sp_displs_;
   mutable double tp_comm_seconds_ = 0;
+  std::function<void(std::int64_t)> grads_ready_;
+  /// Calls grads_ready_ (if set) after fencing the kernels that wrote the gradients.
+  void notify_grads_ready(std::int64_t from) const;
 };
 
 }  // namespace wlb::model
