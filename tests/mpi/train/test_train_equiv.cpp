@@ -920,3 +920,13 @@ TEST(Np2Bucket, ExecutorReportsFinalGradientsLayerByLayer) {
     });
   }
 }
+
+// ---- TP overlap (issue 18 item 4) --------------------------------------------------------
+// The fused backward (recompute) overlaps each column-parallel dX all-reduce
+// with the dW GEMMs; recompute = none runs the split B/W path, whose B waits
+// at once. Same GEMMs, same sums: bit-identical on tp = 2 (and = 1 rank).
+TEST(Np2TpOverlap, FusedBackwardBitIdenticalToSplit) {
+  REQUIRE_WORLD(2);
+  expect_recompute_bit_identical(lay(1, 1, 1, 2), "full");
+  expect_recompute_bit_identical(lay(1, 1, 1, 2), "selective");
+}

@@ -90,6 +90,17 @@
 /// B on the live operands and needs no W stash (weight_slots = 0: schedules
 /// that never delay W, so full recompute keeps its memory saving).
 ///
+/// TP overlap (Megatron-LM's --tp-comm-overlap in its simplest form): in the
+/// fused backward() the column-parallel GEMMs (QKV, gate/up, the
+/// vocab-parallel LM head) compute dX first, start its TP sum (all-reduce;
+/// SP: reduce-scatter) nonblocking, run their dW GEMMs and wait after them:
+/// the same GEMMs and the same sum, so bit-identical. Under the B/W split
+/// (backward_input / backward_weight: model.recompute = none, or zb1) B has
+/// no dW GEMM to hide the reduction behind and waits for it at once. On
+/// MPICH without a progress thread a started collective advances only in MPI
+/// calls (here: SP's all-gathers inside the dW part), so on CPU most of it
+/// still runs at the wait.
+///
 /// FLOP counting (per optimizer step, the PaLM / Megatron-LM "model FLOPs"
 /// convention, Chowdhery et al. 2022 App. B; no recomputation counted):
 ///   model_flops = 6 · N_mm · tokens + 12 · layers · Hq · D · pairs
@@ -277,7 +288,11 @@ class Transformer {
   /// reduce-scatters) since the last
   /// reset (the vocab-parallel cross-entropy's small reductions excluded).
   double tp_comm_seconds() const { return tp_comm_seconds_; }
-  void reset_tp_comm_seconds() { tp_comm_seconds_ = 0; }
+  /// Of the TP reductions overlapped with dW GEMMs (the fused backward's
+  /// column-parallel dX, see backward()), the seconds they were in flight
+  /// beyond their wait (tp_comm_seconds counts only the wait: the exposed part).
+  double tp_overlapped_seconds() const { return tp_overlapped_seconds_; }
+  void reset_tp_comm_seconds() { tp_comm_seconds_ = tp_overlapped_seconds_ = 0; }
 
   /// Rows [offset, offset+count) of a T-token micro-batch that this rank's
   /// residual stream holds: split_range(T, tp, tp_rank) under sequence
@@ -369,6 +384,12 @@ class Transformer {
   View1<Scalar> norm_grad_;               // SP: partial norm-weight gradients of one backward
   mutable std::vector<int> sp_counts_, sp_displs_;
   mutable double tp_comm_seconds_ = 0;
+  mutable double tp_overlapped_seconds_ = 0;
+  /// Starts the TP sum of a dX buffer `full` ([T][d]; SP: reduce-scatter into
+  /// `local`, this rank's rows), nonblocking, for the dW GEMMs to overlap it.
+  comm::Request start_reduce_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const;
+  /// Waits for it and books its exposed and overlapped seconds.
+  void finish_reduce_tp(comm::Request& r) const;
   std::function<void(std::int64_t)> grads_ready_;
   /// Calls grads_ready_ (if set) after fencing the kernels that wrote the gradients.
   void notify_grads_ready(std::int64_t from) const;
