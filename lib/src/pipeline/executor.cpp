@@ -271,6 +271,7 @@ void Executor::receive(const Action& a, RunStats& st) {
 void Executor::collect_comm_times(RunStats& st) {
   for (auto& c : chunks_) {
     st.tp_comm_s += c->tp_comm_seconds();
+    st.tp_overlapped_s += c->tp_overlapped_seconds();
     c->reset_tp_comm_seconds();
   }
   if (kvx_) st.cp_comm_s += kvx_->comm_seconds();

@@ -66,7 +66,8 @@ struct RunStats {
   double forward_s = 0;      ///< forward compute, TP/CP communication excluded
   double backward_s = 0;     ///< backward compute, TP/CP communication excluded
   double p2p_s = 0;          ///< pipeline sends and receives (including waiting)
-  double tp_comm_s = 0;      ///< TP all-reduces inside forward/backward
+  double tp_comm_s = 0;      ///< TP all-reduces inside forward/backward (waited: the exposed part)
+  double tp_overlapped_s = 0;  ///< TP reductions in flight beyond their wait (fused backward, dW GEMMs running)
   double cp_comm_s = 0;      ///< CP K/V all-gathers and dK/dV reduce-scatters
   double compute_cpu_s = 0;  ///< process CPU seconds of forward/backward minus CPU spent in comm
   /// With run(..., trace = true): one entry per action of this rank's action
