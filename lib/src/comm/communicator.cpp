@@ -445,6 +445,151 @@ void Communicator::reduce_scatterv(const T* send, T* recv, const std::vector<int
     std::memmove(whole + displ, whole, sizeof(T) * static_cast<std::size_t>(recv_counts[rank_]));
 }
 
+// ---- nonblocking collectives -----------------------------------------------------
+
+template <class T> Request Communicator::iallreduce(T* data, std::size_t count, ReduceOp op) const {
+  check_live("iallreduce");
+  const CommCpuScope cpu_scope;
+  Request r;
+  r.comm_ = *this;
+  r.op_ = "iallreduce";
+  r.t_start_ = core::wall_seconds();
+  const MPI_Datatype type = mpi_type<T>();
+  const MPI_Op mop = to_mpi(op);
+  const std::size_t lim = g_max_elems.load();
+  for (std::size_t off = 0; off < count; off += lim) {
+    const int n = static_cast<int>(std::min(lim, count - off));
+    MPI_Request req;
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, data + off, n, type, mop, comm_, &req);
+    if (rc != MPI_SUCCESS) check_rc(rc, fmt::format("MPI_Iallreduce({})", op_name(op)).c_str(), rank_, size_);
+    r.pending_.push_back(req);
+  }
+  if (r.pending_.empty()) r.t_done_ = r.t_start_;
+  return r;
+}
+
+template <class T>
+Request Communicator::ireduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const {
+  check_live("ireduce_scatterv");
+  const CommCpuScope cpu_scope;
+  if (static_cast<int>(recv_counts.size()) != size_)
+    throw core::CommError(fmt::format("wlb::comm: ireduce_scatterv on rank {} of {}: recv_counts has {} entries, "
+                                      "needs one per rank",
+                                      rank_, size_, recv_counts.size()));
+  std::int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (recv_counts[r] < 0)
+      throw core::CommError(
+          fmt::format("wlb::comm: ireduce_scatterv: negative recv_counts[{}] = {}", r, recv_counts[r]));
+    total += recv_counts[r];
+  }
+  check_count_int(static_cast<std::size_t>(total), "ireduce_scatterv (sum of recv_counts)", rank_, size_);
+  std::int64_t displ = 0;
+  for (int r = 0; r < rank_; ++r) displ += recv_counts[r];
+  const bool in_place = recv == send + displ;  // as reduce_scatterv
+  T* const whole = const_cast<T*>(send);
+  Request r;
+  r.comm_ = *this;
+  r.op_ = "ireduce_scatterv";
+  r.counts_ = std::make_shared<std::vector<int>>(recv_counts);
+  r.t_start_ = core::wall_seconds();
+  MPI_Request req;
+  check_rc(MPI_Ireduce_scatter(in_place ? MPI_IN_PLACE : static_cast<const void*>(send), in_place ? whole : recv,
+                               r.counts_->data(), mpi_type<T>(), MPI_SUM, comm_, &req),
+           "MPI_Ireduce_scatter", rank_, size_);
+  r.pending_.push_back(req);
+  const int mine = recv_counts[rank_];
+  if (in_place && displ > 0 && mine > 0)
+    r.on_complete_ = [whole, displ, mine] {
+      std::memmove(whole + displ, whole, sizeof(T) * static_cast<std::size_t>(mine));
+    };
+  return r;
+}
+
+// With NCCL attached, or with device memory and no NCCL (comm.backend=mpi on a
+// CUDA build: host staging, which must complete before the staging buffers are
+// reused), the collective runs at the call and the Request is already complete.
+Request Communicator::iallreduce_device(float* data, std::size_t count, ReduceOp op) const {
+  if (!device_ && kHostReachesMemSpace) return iallreduce(data, count, op);
+  Request r;
+  r.t_start_ = core::wall_seconds();
+  allreduce_device(data, count, op);
+  r.t_done_ = core::wall_seconds();
+  return r;
+}
+
+Request Communicator::ireduce_scatterv_device(const float* send, float* recv, const std::vector<int>& counts) const {
+  if (!device_ && kHostReachesMemSpace) return ireduce_scatterv(send, recv, counts);
+  Request r;
+  r.t_start_ = core::wall_seconds();
+  reduce_scatterv_device(send, recv, counts);
+  r.t_done_ = core::wall_seconds();
+  return r;
+}
+
+Request::Request(Request&& o) noexcept { *this = std::move(o); }
+
+Request& Request::operator=(Request&& o) noexcept {
+  if (this != &o) {
+    if (!done()) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+    comm_ = std::move(o.comm_);
+    pending_ = std::move(o.pending_);
+    counts_ = std::move(o.counts_);
+    on_complete_ = std::move(o.on_complete_);
+    op_ = o.op_;
+    t_start_ = o.t_start_;
+    t_done_ = o.t_done_;
+    waited_ = o.waited_;
+    o.pending_.clear();
+    o.on_complete_ = nullptr;
+  }
+  return *this;
+}
+
+Request::~Request() {
+  if (done() || mpi_finalized()) return;
+  try {
+    wait();
+  } catch (...) {  // a destructor must not throw; the error was (or will be) reported elsewhere
+  }
+}
+
+void Request::finish() {
+  pending_.clear();
+  t_done_ = core::wall_seconds();
+  if (on_complete_) on_complete_();
+  on_complete_ = nullptr;
+  counts_.reset();
+}
+
+bool Request::test() {
+  if (done()) return true;
+  const CommCpuScope cpu_scope;
+  while (!pending_.empty()) {
+    int flag = 0;
+    check_rc(MPI_Test(&pending_.front(), &flag, MPI_STATUS_IGNORE), "MPI_Test", comm_->rank(), comm_->size());
+    if (!flag) return false;
+    pending_.erase(pending_.begin());
+  }
+  finish();
+  return true;
+}
+
+void Request::wait() {
+  if (done()) return;
+  const CommCpuScope cpu_scope;
+  const double t0 = core::wall_seconds();
+  comm_->op_ = op_;
+  for (auto& req : pending_) comm_->wait(req);
+  waited_ += core::wall_seconds() - t0;
+  finish();
+}
+
 // ---- point to point -------------------------------------------------------------
 
 template <class T> void Communicator::send(const T* data, std::size_t count, int dest, int tag) const {
@@ -570,7 +715,9 @@ std::size_t max_message_elements() { return g_max_elems.load(); }
   template void Communicator::reduce_scatter<T>(const T*, T*, std::size_t) const;                            \
   template void Communicator::reduce_scatterv<T>(const T*, T*, const std::vector<int>&) const;               \
   template void Communicator::send<T>(const T*, std::size_t, int, int) const;                                \
-  template void Communicator::recv<T>(T*, std::size_t, int, int) const;
+  template void Communicator::recv<T>(T*, std::size_t, int, int) const;                                \
+  template Request Communicator::iallreduce<T>(T*, std::size_t, ReduceOp) const;                           \
+  template Request Communicator::ireduce_scatterv<T>(const T*, T*, const std::vector<int>&) const;
 
 WLB4D_COMM_INSTANTIATE(float)
 WLB4D_COMM_INSTANTIATE(double)

@@ -284,6 +284,11 @@ const std::vector<KeySpec>& key_table() {
               "operation, the group and the ranks that did not arrive (0: off; comm.wait=yield only: blocking MPI "
               "calls cannot be timed, wlb4d warns)",
               at_least(0.0)),
+      WLB_KEY(double, comm, bucket_mib,
+              "DP x CP gradient bucket size (MiB): each bucket's all-reduce (zero=1: reduce-scatter) starts "
+              "nonblocking once the backward has finished its tensors, overlapping the rest of the backward (0: one "
+              "reduction after the backward)",
+              at_least(0.0)),
       // [plan]
       WLB_KEY(std::string, plan, lengths, "wlb4d-plan: document lengths (JSON array file or HDF5 dataset)",
               any<std::string>()),

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <string>
@@ -226,6 +227,34 @@ void Transformer<Scalar>::allreduce_tp(const View2<Scalar>& x) const {
     tp_.allreduce_device(x.data(), x.span(), comm::ReduceOp::Sum);
     tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+}
+
+template <class Scalar>
+void Transformer<Scalar>::notify_grads_ready(std::int64_t from) const {
+  if (!grads_ready_) return;
+  Kokkos::fence();  // the gradient kernels are done before a reduction reads them
+  grads_ready_(from);
+}
+
+template <class Scalar>
+comm::Request Transformer<Scalar>::start_reduce_tp(const View2<Scalar>& full, std::int64_t T,
+                                                  const View2<Scalar>& local) const {
+  Kokkos::fence();  // the dX GEMMs wrote `full`
+  if (sp_) sp_counts(T);
+  if constexpr (std::is_same_v<Scalar, float>) {
+    return sp_ ? tp_.ireduce_scatterv_device(full.data(), local.data(), sp_counts_)
+               : tp_.iallreduce_device(full.data(), full.span());
+  } else {  // fp64 (tests): MPI on the buffers directly
+    return sp_ ? tp_.ireduce_scatterv(full.data(), local.data(), sp_counts_) : tp_.iallreduce(full.data(), full.span());
+  }
+}
+
+template <class Scalar>
+void Transformer<Scalar>::finish_reduce_tp(comm::Request& r) const {
+  r.wait();
+  // Exposed: the wait; in flight: from the start to the observed completion.
+  tp_comm_seconds_ += r.waited();
+  tp_overlapped_seconds_ += std::max(0.0, r.completed() - r.started() - r.waited());
 }
 
 template <class Scalar>
@@ -520,11 +549,19 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     const auto LOG = v2(top(slot, kLogits), T, vl_);
     cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
     linear_backward_input(params_[lm_head_].value2(), LOG, DXN);  // W: dW_head from LOG (kept in the slot)
-    if (fused) linear_backward_weight(sp_ ? allgather_tp(v2(top(slot, kXnF), Ts, d_), T, kGath) : v2(top(slot, kXnF), Ts, d_), LOG,
-                                      params_[lm_head_].grad2());
-    reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
+    if (fused && tp_.size() > 1) {
+      // TP overlap: dX's reduction (operator f, SP: ḡ) in flight during the dW GEMM.
+      auto req = start_reduce_tp(DXN, T, DXNL);
+      linear_backward_weight(sp_ ? allgather_tp(v2(top(slot, kXnF), Ts, d_), T, kGath) : v2(top(slot, kXnF), Ts, d_),
+                             LOG, params_[lm_head_].grad2());
+      finish_reduce_tp(req);
+    } else {
+      if (fused) linear_backward_weight(v2(top(slot, kXnF), Ts, d_), LOG, params_[lm_head_].grad2());
+      reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
+    }
     const auto& N = params_[final_norm_];
     rmsnorm_backward(XO, Ts, N.value, v1(top(slot, kRstdF), Ts), DXNL, DRES, norm_dw(N.grad), false);
+    if (fused && !sp_) notify_grads_ready(std::int64_t(N.offset));  // final norm and head done
   } else {
     if (!(std::int64_t(grad_output.extent(0)) >= Ts && std::int64_t(grad_output.extent(1)) == d_))
       throw std::invalid_argument(
@@ -560,14 +597,20 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     if (!fused) keep_for_w(wf(kU), DU2);
     if (!fused) keep_for_w(wf(kXn2), XN2);  // W's GEMM inputs (copied only if recompute keeps them in rec_)
     if (!fused) keep_for_w(wf(kA), A2);
+    linear_backward_input(params_[P.w_gate].value2(), DG2, DXN);
+    linear_backward_input(params_[P.w_up].value2(), DU2, DXN, Scalar(1));
     if (fused) {
+      // Column-parallel backward: dX's reduction (operator f, SP: reduce-
+      // scatter) in flight during the dW GEMMs (Megatron's tp-comm-overlap).
+      std::optional<comm::Request> req;
+      if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
       const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;
       linear_backward_weight(XN2g, DG2, params_[P.w_gate].grad2());
       linear_backward_weight(XN2g, DU2, params_[P.w_up].grad2());
+      if (req) finish_reduce_tp(*req);
+    } else {
+      reduce_dxn();  // column-parallel input: operator f (SP: reduce-scatter)
     }
-    linear_backward_input(params_[P.w_gate].value2(), DG2, DXN);
-    linear_backward_input(params_[P.w_up].value2(), DU2, DXN, Scalar(1));
-    reduce_dxn();  // column-parallel input: operator f (SP: reduce-scatter)
     const auto& N2 = params_[P.mlp_norm];
     rmsnorm_backward(H1, Ts, N2.value, RSTD2, DXNL, DRES, norm_dw(N2.grad), true);
 
@@ -591,18 +634,23 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     if (!fused) keep_for_w(wf(kK), DK3);
     if (!fused) keep_for_w(wf(kV), DV3);
     if (!fused) keep_for_w(wf(kXn1), XN1);
-    if (fused) {
+    linear_backward_input(params_[P.wq].value2(), v2(DQ3.data(), T, qd), DXN);
+    linear_backward_input(params_[P.wk].value2(), v2(DK3.data(), T, kd), DXN, Scalar(1));
+    linear_backward_input(params_[P.wv].value2(), v2(DV3.data(), T, kd), DXN, Scalar(1));
+    if (fused) {  // as the MLP's: dX reduced while the QKV dW GEMMs run
+      std::optional<comm::Request> req;
+      if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
       const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;
       linear_backward_weight(XN1g, v2(DQ3.data(), T, qd), params_[P.wq].grad2());
       linear_backward_weight(XN1g, v2(DK3.data(), T, kd), params_[P.wk].grad2());
       linear_backward_weight(XN1g, v2(DV3.data(), T, kd), params_[P.wv].grad2());
+      if (req) finish_reduce_tp(*req);
+    } else {
+      reduce_dxn();
     }
-    linear_backward_input(params_[P.wq].value2(), v2(DQ3.data(), T, qd), DXN);
-    linear_backward_input(params_[P.wk].value2(), v2(DK3.data(), T, kd), DXN, Scalar(1));
-    linear_backward_input(params_[P.wv].value2(), v2(DV3.data(), T, kd), DXN, Scalar(1));
-    reduce_dxn();
     const auto& N1 = params_[P.attn_norm];
     rmsnorm_backward(X, Ts, N1.value, RSTD1, DXNL, DRES, norm_dw(N1.grad), true);
+    if (fused && !sp_) notify_grads_ready(std::int64_t(N1.offset));  // layer l done (attn_norm is its first tensor)
   }
   if (fused) {
     slot_tokens_[slot] = -1;  // the slot is free again
@@ -657,8 +705,10 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
     const auto local = v2(p, Ts, d_);
     return sp_ ? allgather_tp(local, T, kFull) : local;
   };
-  if (params_.shard().head)
+  if (params_.shard().head) {
     linear_backward_weight(gathered(top(slot, kXnF)), v2(top(slot, kLogits), T, vl_), params_[lm_head_].grad2());
+    notify_grads_ready(std::int64_t(params_[final_norm_].offset));  // the final norm was done at B
+  }
   for (int l = nlayers_ - 1; l >= 0; --l) {
     const LayerParams& P = lp_[std::size_t(l)];
     auto wf = [&](Field f) { return wfield(slot, wslot, l, f); };
@@ -671,6 +721,7 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
     linear_backward_weight(XN1g, v2(wf(kQ), T, qd), params_[P.wq].grad2());
     linear_backward_weight(XN1g, v2(wf(kK), T, kd), params_[P.wk].grad2());
     linear_backward_weight(XN1g, v2(wf(kV), T, kd), params_[P.wv].grad2());
+    notify_grads_ready(std::int64_t(params_[P.attn_norm].offset));  // its norms were done at B
   }
   slot_tokens_[slot] = -1;
   slot_b_done_[std::size_t(slot)] = 0;

@@ -1,6 +1,7 @@
 // The optimizer step of one rank. See optimizer.hpp.
 #include "wlb4d/optim/optimizer.hpp"
 
+#include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/optim/adamw.hpp"
 
@@ -15,10 +16,12 @@
 namespace wlb::optim {
 
 Optimizer::Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::ProcessGrid& grid,
-                     std::vector<model::ParamRegistry<float>*> chunks, int zero)
+                     std::vector<model::ParamRegistry<float>*> chunks, int zero, double bucket_mib)
     : cfg_(cfg), total_steps_(total_steps), grid_(grid), chunks_(std::move(chunks)), zero_(zero) {
   if (zero != 0 && zero != 1)
     throw core::ConfigError("parallel.zero=" + std::to_string(zero) + " must be 0 or 1");
+  if (!(bucket_mib >= 0))
+    throw core::ConfigError("comm.bucket_mib=" + std::to_string(bucket_mib) + " must be >= 0");
   const int G = zero_ == 1 ? grid_.dpcp().size() : 1;
   const int g = zero_ == 1 ? grid_.dpcp().rank() : 0;
   for (const auto* c : chunks_) {
@@ -38,6 +41,64 @@ Optimizer::Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::
     v_.emplace_back("adam_v", n);
     shards_.push_back(std::move(sh));
   }
+  // Buckets: whole tensors in reverse registry order, each closed once it
+  // holds at least bucket_mib MiB (the last one may be smaller).
+  const auto cap = std::int64_t(std::ceil(bucket_mib * 1024.0 * 1024.0 / double(sizeof(float))));
+  buckets_.resize(chunks_.size());
+  next_bucket_.assign(chunks_.size(), 0);
+  if (bucket_mib > 0 && grid_.dpcp().size() > 1)
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const std::int64_t N = chunks_[c]->local_numel();
+      std::int64_t end = N;
+      std::vector<std::int64_t> starts;  // param offsets, descending
+      for (const auto& p : *chunks_[c]) starts.push_back(std::int64_t(p.offset));
+      std::reverse(starts.begin(), starts.end());
+      for (std::size_t i = 0; i < starts.size(); ++i) {
+        const std::int64_t b = starts[i];
+        if (end - b < cap && i + 1 < starts.size()) continue;
+        if (end > b) buckets_[c].push_back({b, end, {}});
+        end = b;
+      }
+      if (end > 0) buckets_[c].push_back({0, end, {}});  // elements before the first tensor (none today)
+      if (zero_ == 1)
+        for (auto& bk : buckets_[c]) {
+          const auto& sh = shards_[c];
+          for (std::size_t r = 0; r < sh.counts.size(); ++r) {
+            const std::int64_t lo = std::max<std::int64_t>(bk.begin, sh.displs[r]);
+            const std::int64_t hi = std::min<std::int64_t>(bk.end, std::int64_t(sh.displs[r]) + sh.counts[r]);
+            bk.counts.push_back(int(std::max<std::int64_t>(0, hi - lo)));
+          }
+        }
+    }
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> Optimizer::buckets(std::size_t c) const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& b : buckets_.at(c)) out.emplace_back(b.begin, b.end);
+  return out;
+}
+
+void Optimizer::start_bucket(std::size_t c, std::size_t k) {
+  const auto& bk = buckets_[c][k];
+  float* g = chunks_[c]->grads().data();
+  Kokkos::fence();  // the backward kernels wrote the bucket
+  if (zero_ == 0) {
+    inflight_.push_back(grid_.dpcp().iallreduce_device(g + bk.begin, std::size_t(bk.end - bk.begin)));
+  } else {  // in place: this rank's part of its owned range receives the sum
+    const std::int64_t mine = std::max<std::int64_t>(bk.begin, std::min(shards_[c].begin, bk.end));
+    inflight_.push_back(grid_.dpcp().ireduce_scatterv_device(g + bk.begin, g + mine, bk.counts));
+  }
+}
+
+void Optimizer::grads_ready(std::size_t c, std::int64_t from) {
+  if (c >= buckets_.size()) return;
+  auto& k = next_bucket_[c];
+  while (k < buckets_[c].size() && buckets_[c][k].begin >= from) start_bucket(c, k++);
+  progress();
+}
+
+void Optimizer::progress() {
+  for (auto& r : inflight_) r.test();
 }
 
 template <class F> void Optimizer::for_each_owned(std::size_t c, F&& f) const {
@@ -50,7 +111,37 @@ template <class F> void Optimizer::for_each_owned(std::size_t c, F&& f) const {
 }
 
 void Optimizer::reduce_gradients() {
+  dp_in_flight_s_ = dp_exposed_s_ = 0;
   if (grid_.dpcp().size() <= 1) return;
+  bool bucketed = false;
+  for (const auto& b : buckets_) bucketed |= !b.empty();
+  if (bucketed) {
+    for (std::size_t c = 0; c < chunks_.size(); ++c) grads_ready(c, 0);
+    for (auto& r : inflight_) r.wait();
+    // In flight: the union of [started, completed] over the buckets.
+    std::vector<std::pair<double, double>> iv;
+    for (const auto& r : inflight_) {
+      iv.emplace_back(r.started(), r.completed());
+      dp_exposed_s_ += r.waited();
+    }
+    std::sort(iv.begin(), iv.end());
+    double lo = 0, hi = -1;
+    for (const auto& [a, b] : iv) {
+      if (a > hi) {
+        if (hi > lo) dp_in_flight_s_ += hi - lo;
+        lo = a;
+        hi = b;
+      } else {
+        hi = std::max(hi, b);
+      }
+    }
+    if (hi > lo) dp_in_flight_s_ += hi - lo;
+    inflight_.clear();
+    std::fill(next_bucket_.begin(), next_bucket_.end(), std::size_t(0));
+    return;
+  }
+  Kokkos::fence();
+  const double t0 = core::wall_seconds();
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const auto& g = chunks_[c]->grads();
     if (zero_ == 0) {
@@ -59,6 +150,8 @@ void Optimizer::reduce_gradients() {
       grid_.dpcp().reduce_scatterv_device(g.data(), g.data() + shards_[c].begin, shards_[c].counts);
     }
   }
+  Kokkos::fence();
+  dp_in_flight_s_ = dp_exposed_s_ = core::wall_seconds() - t0;
 }
 
 double Optimizer::global_grad_norm() const {

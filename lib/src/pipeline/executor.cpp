@@ -113,6 +113,19 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
 
 Executor::~Executor() = default;
 
+void Executor::set_grad_hooks(GradHooks h) {
+  hooks_ = std::move(h);
+  for (std::size_t vs = 0; vs < chunks_.size(); ++vs) {
+    if (!hooks_.ready) {
+      chunks_[vs]->set_grads_ready_hook({});
+      continue;
+    }
+    chunks_[vs]->set_grads_ready_hook([this, vs](std::int64_t from) {
+      if (armed_ == int(vs)) hooks_.ready(vs, from);
+    });
+  }
+}
+
 void Executor::load(const data::TokenDataset& ds, const std::vector<balance::MicroBatch>& mbs,
                     const std::vector<balance::Sharding>& sharding) {
   auto& L = *loaded_;
@@ -261,6 +274,7 @@ void Executor::receive(const Action& a, RunStats& st) {
 void Executor::collect_comm_times(RunStats& st) {
   for (auto& c : chunks_) {
     st.tp_comm_s += c->tp_comm_seconds();
+    st.tp_overlapped_s += c->tp_overlapped_seconds();
     c->reset_tp_comm_seconds();
   }
   if (kvx_) st.cp_comm_s += kvx_->comm_seconds();
@@ -287,8 +301,19 @@ RunStats Executor::run(bool backward, double grad_scale, bool trace) {
   L.loss_sum = 0;
   if (kvx_) kvx_->reset_comm_seconds();
   if (trace) st.trace.reserve(actions.size());
-  for (const auto& a : actions) {
+  // Each chunk's last gradient action: its last W when B and W run apart,
+  // else its last (fused) B. After it the chunk's gradients are final.
+  std::vector<std::ptrdiff_t> last_grad(std::size_t(v), -1);
+  if (backward && hooks_.ready)
+    for (std::size_t i = 0; i < actions.size(); ++i)
+      if (actions[i].type == (split_w_ ? ActionType::Weight : ActionType::Backward))
+        last_grad[std::size_t(actions[i].virtual_stage)] = std::ptrdiff_t(i);
+  armed_ = -1;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
     const double t0 = trace ? wall_seconds() : 0.0;
+    const bool last = last_grad[std::size_t(a.virtual_stage)] == std::ptrdiff_t(i);
+    if (last) armed_ = a.virtual_stage;
     switch (a.type) {
       case ActionType::Forward: forward(a, backward, st); break;
       case ActionType::Backward: this->backward(a, grad_scale, st); break;
@@ -298,6 +323,12 @@ RunStats Executor::run(bool backward, double grad_scale, bool trace) {
       case ActionType::RecvAct:
       case ActionType::RecvGrad: receive(a, st); break;
     }
+    if (last) {
+      armed_ = -1;
+      Kokkos::fence();
+      hooks_.ready(std::size_t(a.virtual_stage), 0);
+    }
+    if (backward && hooks_.progress) hooks_.progress();
     if (trace) st.trace.push_back({a, t0, wall_seconds()});
   }
   collect_comm_times(st);

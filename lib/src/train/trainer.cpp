@@ -66,6 +66,8 @@ void add_run_stats(io::TimingRecord& rec, const pipeline::RunStats& r) {
   rec.time[io::kBackward] += r.backward_s;
   rec.time[io::kP2PWait] += r.p2p_s;
   rec.time[io::kTPComm] += r.tp_comm_s;
+  rec.tp_exposed += r.tp_comm_s;
+  rec.tp_in_flight += r.tp_comm_s + r.tp_overlapped_s;
   rec.time[io::kCPComm] += r.cp_comm_s;
   rec.compute_cpu += r.compute_cpu_s;
 }
@@ -113,7 +115,12 @@ struct StepLineContext {
 void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
                      const StepLineContext& ctx) {
   double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0;
+  double dpx = 0, dpf = 0, tpx = 0, tpf = 0;  // communication exposed / in flight, max over ranks
   for (const auto& r : all) {
+    dpx = std::max(dpx, r.dp_exposed);
+    dpf = std::max(dpf, r.dp_in_flight);
+    tpx = std::max(tpx, r.tp_exposed);
+    tpf = std::max(tpf, r.tp_in_flight);
     mem = std::max(mem, r.rss_mib);
     eval = std::max(eval, r.time[io::kEval]);
     ckpt = std::max(ckpt, r.time[io::kCheckpoint]);
@@ -136,12 +143,14 @@ void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>
   spdlog::info(
       "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
       " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
-      " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}",
+      " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}"
+      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms",
       last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
       human_count(double(last.record.tokens_seen)), last.tokens,
       w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
       extra, mem, hms(ctx.eta), tmin * 1e3, tsum / double(all.size()) * 1e3, tmax * 1e3,
-      last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb);
+      last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb, dpx * 1e3, dpf * 1e3, tpx * 1e3,
+      tpf * 1e3);
 }
 
 }  // namespace
@@ -206,7 +215,14 @@ struct Trainer::Impl {
     }
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
-    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero);
+    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero, c.comm.bucket_mib);
+    // Bucketed DP reduction: buckets start during the backward (optimizer.hpp).
+    if (c.comm.bucket_mib > 0 && g.dpcp().size() > 1) {
+      pipeline::GradHooks hooks;
+      hooks.ready = [o = opt.get()](std::size_t chunk, std::int64_t from) { o->grads_ready(chunk, from); };
+      hooks.progress = [o = opt.get()] { o->progress(); };
+      exec->set_grad_hooks(std::move(hooks));
+    }
     const std::vector<const model::ParamRegistry<float>*> cregs(regs.begin(), regs.end());
     ckpt = std::make_unique<io::ModelCheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq(),
                                                       opt->zero() == 1 ? &g.dpcp() : nullptr);  // collective over pp
@@ -624,6 +640,8 @@ StepResult Trainer::step() {
   I.opt->reduce_gradients();
   Kokkos::fence();
   rec.time[io::kDPReduce] = now() - t0;
+  rec.dp_exposed = I.opt->dp_exposed_seconds();
+  rec.dp_in_flight = I.opt->dp_in_flight_seconds();
 
   // 6. Loss, global grad norm, NaN/inf check, clip, AdamW.
   t0 = now();

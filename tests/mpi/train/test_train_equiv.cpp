@@ -757,3 +757,176 @@ TEST(Np8ZeroBubble, DpPpCpWlb) {
   ov.push_back("balance.sharding=document");
   expect_equivalent(lay(2, 2, 2, 1, "zb1"), ov);
 }
+
+// ---- Bucketed DP reduction (comm.bucket_mib, issue 18 item 3) ----------------------------
+// Bucket sizes: 1e-5 MiB (3 floats, smaller than every tensor: one tensor per
+// bucket, each started as soon as its layer's last W is done), 0.01 MiB (a few
+// tensors each) and 1 MiB (larger than the model: one bucket, started after
+// the backward). Each is compared with the unbucketed run (bucket_mib = 0) of
+// the same layout — bit for bit on a DP×CP group of 2, where every element is
+// the same a + b — and with the 1-rank run (expect_equivalent).
+namespace {
+const std::vector<std::string> kBucketSizes = {"comm.bucket_mib=0.00001", "comm.bucket_mib=0.01",
+                                               "comm.bucket_mib=1"};
+
+/// `L` with `extra` and each bucket size against bucket_mib = 0 on the same
+/// layout: bitwise when `exact`, else within the reduction-order tolerance
+/// (1e-6 relative loss and grad norm; parameters 1e-5 relative + 1e-4·lr).
+void expect_buckets_match_unbucketed(const Layout& L, const std::vector<std::string>& extra, bool exact) {
+  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, wsize());
+  const std::string ini = base_deck(dataset("mixed"));
+  auto layout_cfg = [&](const std::string& bucket) {
+    std::vector<std::string> ov = {"parallel.dp=" + std::to_string(L.dp), "parallel.pp=" + std::to_string(L.pp),
+                                   "parallel.cp=" + std::to_string(L.cp), "parallel.tp=" + std::to_string(L.tp),
+                                   "parallel.schedule=" + L.schedule,
+                                   "parallel.virtual_stages=" + std::to_string(L.virtual_stages), bucket};
+    ov.insert(ov.end(), extra.begin(), extra.end());
+    return core::parse_deck_text(ini, ov);
+  };
+  grid::ProcessGrid g(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, MPI_COMM_WORLD);
+  const RunResult plain = run(layout_cfg("comm.bucket_mib=0"), g);
+  for (const auto& b : kBucketSizes) {
+    const core::Config cfg = layout_cfg(b);
+    const RunResult got = run(cfg, g);
+    std::string what = describe(L) + " " + b;
+    for (const auto& e : extra) what += " " + e;
+    ASSERT_EQ(got.loss.size(), plain.loss.size());
+    for (std::size_t s = 0; s < plain.loss.size(); ++s) {
+      if (exact) {
+        EXPECT_EQ(got.loss[s], plain.loss[s]) << what << " loss at step " << s;
+        EXPECT_EQ(got.gnorm[s], plain.gnorm[s]) << what << " grad norm at step " << s;
+      } else {
+        EXPECT_NEAR(got.loss[s], plain.loss[s], 1e-6 * std::abs(plain.loss[s])) << what << " loss at step " << s;
+        EXPECT_NEAR(got.gnorm[s], plain.gnorm[s], 1e-6 * std::abs(plain.gnorm[s])) << what << " gnorm, step " << s;
+      }
+    }
+    ASSERT_EQ(got.names, plain.names);
+    std::size_t differ = 0, bad = 0;
+    for (std::size_t i = 0; i < plain.names.size(); ++i)
+      for (std::size_t j = 0; j < plain.params[i].size(); ++j) {
+        const double a = got.params[i][j], r = plain.params[i][j];
+        differ += a != r;
+        bad += std::abs(a - r) > (exact ? 0.0 : 1e-5 * std::abs(r) + 1e-4 * cfg.optim.lr);
+      }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " parameter elements differ from bucket_mib=0";
+    if (wrank() == 0)
+      std::printf("[buckets] %-60s %.2f s vs unbucketed %.2f s, %zu elements not bitwise equal\n", what.c_str(),
+                  got.seconds, plain.seconds, differ);
+  }
+}
+}  // namespace
+
+TEST(Np2Bucket, DataParallel) {
+  REQUIRE_WORLD(2);
+  expect_buckets_match_unbucketed(lay(2, 1, 1, 1), {}, true);
+  expect_buckets_match_unbucketed(lay(2, 1, 1, 1), {"parallel.zero=1"}, true);
+  // The fused backward (recompute) reports each layer as it finishes.
+  expect_buckets_match_unbucketed(lay(2, 1, 1, 1), {"model.recompute=full"}, true);
+  expect_equivalent(lay(2, 1, 1, 1), {kBucketSizes[0]}, "mixed", /*eval=*/true);
+  expect_equivalent(lay(2, 1, 1, 1), {kBucketSizes[2], "parallel.zero=1"});
+}
+
+TEST(Np4Bucket, DpPp) {
+  REQUIRE_WORLD(4);
+  expect_buckets_match_unbucketed(lay(2, 2, 1, 1), {}, true);
+  expect_buckets_match_unbucketed(lay(2, 2, 1, 1, "zb1"), {"parallel.zero=1"}, true);
+  expect_equivalent(lay(2, 2, 1, 1), {kBucketSizes[0]});
+  expect_equivalent(lay(2, 2, 1, 1, "interleaved", 2), {kBucketSizes[1], "model.layers=4"});
+}
+
+TEST(Np4Bucket, DpCp) {
+  REQUIRE_WORLD(4);
+  // DP×CP group of 4: the collective may add in another order for another size.
+  expect_buckets_match_unbucketed(lay(2, 1, 2, 1), {}, false);
+  expect_buckets_match_unbucketed(lay(2, 1, 2, 1), {"parallel.zero=1"}, false);
+  expect_equivalent(lay(2, 1, 2, 1), {kBucketSizes[0]});
+  expect_equivalent(lay(2, 1, 2, 1), {kBucketSizes[1], "parallel.zero=1"});
+}
+
+TEST(Np4Bucket, DpTpSequenceParallelRecompute) {
+  REQUIRE_WORLD(4);
+  // SP under the fused backward: norm gradients are summed over TP at its end,
+  // so the chunk reports only after the action.
+  expect_buckets_match_unbucketed(lay(2, 1, 1, 2), {"model.recompute=full", "parallel.sequence_parallel=true",
+                                                    "train.max_seq_len=31"},
+                                  true);
+}
+
+// The executor's gradient reports (pipeline::GradHooks) are truthful: when it
+// reports ready(c, from) during a step, chunk c's gradients at [from, N) already
+// hold their final value of the step (compared with the gradients after the
+// run), the reports of a chunk go down layer by layer (head, then each layer
+// from the top) and end with from = 0, once per step. pp = 2: split B/W (1f1b
+// without recompute), zb1 (W delayed) and the fused backward (recompute).
+TEST(Np2Bucket, ExecutorReportsFinalGradientsLayerByLayer) {
+  REQUIRE_WORLD(2);
+  const auto ds = data::TokenDataset::open(dataset("mixed"));
+  for (const auto& ov : std::vector<std::vector<std::string>>{{"parallel.schedule=1f1b"},
+                                                             {"parallel.schedule=zb1"},
+                                                             {"parallel.schedule=1f1b", "model.recompute=full"}}) {
+    std::vector<std::string> o = ov;
+    o.push_back("parallel.pp=2");
+    o.push_back("model.layers=5");
+    const core::Config cfg = core::parse_deck_text(base_deck(dataset("mixed")), o);
+    grid::ProcessGrid g(1, 2, 1, 1, comm::WaitMode::Yield, MPI_COMM_WORLD);
+    const auto mbs = cut(ds, cfg.train.micro_batches, 32);
+    or_abort("executor", [&] {
+      pipeline::Executor ex(cfg, g, ds.vocab_size());
+      struct Report {
+        std::size_t chunk;
+        std::int64_t from;
+        std::vector<float> tail;  // grads [from, N) at the report
+      };
+      std::vector<Report> reports;
+      pipeline::GradHooks h;
+      h.ready = [&](std::size_t c, std::int64_t from) {
+        auto all = Kokkos::create_mirror_view_and_copy(HostSpace(), ex.chunks()[c]->params().grads());
+        reports.push_back({c, from, std::vector<float>(all.data() + from, all.data() + all.extent(0))});
+      };
+      int progress = 0;
+      h.progress = [&] { ++progress; };
+      ex.set_grad_hooks(h);
+      for (auto& c : ex.chunks()) c->zero_grad();
+      ex.load(ds, mbs, std::vector<balance::Sharding>(mbs.size(), balance::Sharding::Sequence));
+      ex.run(true, 1e-3);
+      auto& chunk = *ex.chunks()[0];
+      const auto fin = Kokkos::create_mirror_view_and_copy(HostSpace(), chunk.params().grads());
+      const int layers = chunk.stage().layer_end - chunk.stage().layer_begin;
+      std::string what;
+      for (const auto& s : ov) what += s + " ";
+      what += "pp rank " + std::to_string(g.pp_rank());
+      EXPECT_GT(progress, 0) << what;
+      EXPECT_EQ(reports.size(), std::size_t(layers + (chunk.stage().head ? 1 : 0) + 1)) << what;
+      if (reports.empty()) return 0;
+      std::int64_t prev = chunk.params().local_numel() + 1;
+      for (std::size_t k = 0; k < reports.size(); ++k) {
+        const auto& r = reports[k];
+        EXPECT_EQ(r.chunk, 0u) << what;
+        // Down the buffer; the closing report (0) may repeat the first layer's
+        // offset on a stage without the embedding (its first tensor is at 0).
+        if (k + 1 < reports.size()) {
+          EXPECT_LT(r.from, prev) << what << ": reports must go down the buffer";
+        } else {
+          EXPECT_LE(r.from, prev) << what;
+        }
+        prev = r.from;
+        std::size_t differ = 0;
+        for (std::size_t j = 0; j < r.tail.size(); ++j) differ += r.tail[j] != fin(std::size_t(r.from) + j);
+        EXPECT_EQ(differ, 0u) << what << ": at the report from " << r.from << ", " << differ
+                              << " gradient elements were not final yet";
+      }
+      EXPECT_EQ(reports.back().from, 0) << what;
+      return 0;
+    });
+  }
+}
+
+// ---- TP overlap (issue 18 item 4) --------------------------------------------------------
+// The fused backward (recompute) overlaps each column-parallel dX all-reduce
+// with the dW GEMMs; recompute = none runs the split B/W path, whose B waits
+// at once. Same GEMMs, same sums: bit-identical on tp = 2 (and = 1 rank).
+TEST(Np2TpOverlap, FusedBackwardBitIdenticalToSplit) {
+  REQUIRE_WORLD(2);
+  expect_recompute_bit_identical(lay(1, 1, 1, 2), "full");
+  expect_recompute_bit_identical(lay(1, 1, 1, 2), "selective");
+}

@@ -48,12 +48,16 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace wlb::comm {
+
+class Communicator;
+class Request;
 
 enum class WaitMode { Yield, Block };
 enum class ReduceOp { Sum, Max, Min };
@@ -151,6 +155,20 @@ class Communicator {
   /// (ZeRO-1 keeps no extra gradient buffer, as Megatron's distributed optimizer).
   template <class T>
   void reduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const;
+
+  // ---- nonblocking (started now, completed by Request::test / wait) ----------
+  /// As allreduce (in place, sum/max/min), started nonblocking: the buffer
+  /// must stay untouched until the Request completes. More than
+  /// max_message_elements() are split into several MPI requests (one Request).
+  /// Every rank of the group must start its nonblocking and blocking
+  /// collectives on this communicator in the same order (MPI's rule).
+  template <class T> Request iallreduce(T* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const;
+  /// As reduce_scatterv (sum; in place when recv == send + displs[rank()]),
+  /// started nonblocking; recv_counts is copied into the Request (MPI reads it
+  /// until completion). The in-place move into this rank's range happens when
+  /// the Request completes.
+  template <class T>
+  Request ireduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const;
   template <class T> void send(const T* data, std::size_t count, int dest, int tag) const;
   template <class T> void recv(T* data, std::size_t count, int src, int tag) const;
   void barrier() const;
@@ -219,6 +237,14 @@ class Communicator {
       stage_copy(recv, static_cast<const float*>(hr), mine, false);
     }
   }
+  /// Nonblocking forms of allreduce_device / reduce_scatterv_device. With an
+  /// attached DeviceCollectives (NCCL) the collective runs at the call (its
+  /// interface synchronises the stream) and the Request is already complete,
+  /// so the numbers and the order are those of the blocking path; without
+  /// one they are iallreduce / ireduce_scatterv (MPI) where the host reaches
+  /// MemSpace, else the host-staged blocking path (complete at the call).
+  Request iallreduce_device(float* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const;
+  Request ireduce_scatterv_device(const float* send, float* recv, const std::vector<int>& counts) const;
 
   // ---- View conveniences (contiguous Views) ------------------------------------
   /// Views the host cannot access (CudaSpace) go through allreduce_device.
@@ -270,6 +296,7 @@ class Communicator {
     return n;
   }
   std::shared_ptr<std::array<std::vector<double>, 2>> stage_ = std::make_shared<std::array<std::vector<double>, 2>>();
+  friend class Request;
   void wait(MPI_Request& req) const;
   /// As wait(req), filling *status (recv needs the element count).
   void wait(MPI_Request& req, MPI_Status* status) const;
@@ -288,6 +315,51 @@ class Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::shared_ptr<const DeviceCollectives> device_;
+};
+
+/// A started nonblocking collective (Communicator::iallreduce,
+/// ireduce_scatterv and their _device forms). Move-only; a default-constructed
+/// Request is complete. test() and wait() go through the communicator's wait
+/// mode (polite MPI_Test + sched_yield loop, its watchdog) and add their CPU
+/// time to comm_cpu_seconds(). Destroying an incomplete Request waits for it
+/// (MPI forbids abandoning a collective's buffers), swallowing errors.
+///
+/// Progress (DESIGN §10): MPICH has no progress thread unless
+/// MPIR_CVAR_ASYNC_PROGRESS=1, so a started collective advances only inside
+/// MPI calls; callers test() outstanding requests between pieces of compute.
+///
+/// Timing (wall seconds, core::wall_seconds): started() when posted,
+/// completed() when a test()/wait() first saw it complete (an upper bound of
+/// the true completion), waited() the seconds spent inside wait() (the
+/// exposed part; in flight = completed - started >= waited).
+class Request {
+ public:
+  Request() = default;
+  Request(Request&& o) noexcept;
+  Request& operator=(Request&& o) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+
+  /// True once complete (then the completion step, e.g. the in-place move of
+  /// ireduce_scatterv, has run). Never blocks. \throws core::CommError.
+  bool test();
+  /// Waits until complete. \throws core::CommError (watchdog included).
+  void wait();
+  bool done() const { return pending_.empty(); }
+  double started() const { return t_start_; }
+  double completed() const { return t_done_; }
+  double waited() const { return waited_; }
+
+ private:
+  friend class Communicator;
+  void finish();
+  std::optional<Communicator> comm_;   // for its wait mode, watchdog and name
+  std::vector<MPI_Request> pending_;   // outstanding MPI requests (empty: done)
+  std::shared_ptr<std::vector<int>> counts_;  // kept alive for MPI until completion
+  std::function<void()> on_complete_;
+  const char* op_ = "";
+  double t_start_ = 0, t_done_ = 0, waited_ = 0;
 };
 
 // ---- small collective protocols ------------------------------------------------

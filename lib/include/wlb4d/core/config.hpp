@@ -137,6 +137,10 @@ struct CommConfig {
   std::string wait = "yield";  ///< yield (MPI_Test + sched_yield) | block
   std::string backend = "mpi"; ///< mpi | nccl (CUDA builds)
   double timeout_s = 600;      ///< collective watchdog: a wait longer than this ends the job (0: off)
+  /// DP×CP gradient buckets (MiB of fp32 gradient): each bucket's reduction
+  /// starts as soon as the backward has finished it (0: one reduction after
+  /// the backward). 25 as PyTorch DDP's bucket_cap_mb; optim/optimizer.hpp.
+  double bucket_mib = 25;
 };
 
 /// [plan] the cluster-scale simulator wlb4d-plan (no MPI run needed). It

@@ -13,7 +13,7 @@
 ///              action of the step log.trace_step names, one row per (rank,
 ///              action); attribute kind_names (comma-separated names of the
 ///              `kind` codes). Absent when no step was traced.
-///   attributes on /: format = "wlb4d-timing", format_version = 3, and the
+///   attributes on /: format = "wlb4d-timing", format_version = 4, and the
 ///              run's identity as of the latest start (RunIdentity: deck,
 ///              program_version, start_time, layout, world_size, peak_tflops).
 /// All times are wall seconds measured after Kokkos::fence(), except
@@ -21,7 +21,8 @@
 /// Version 2 added compute_cpu and the cost-model columns of /restarts;
 /// version 3 the step-line columns (elapsed, tokens_seen, rss_mib, mfu), t_total
 /// without evaluation and checkpoint, /trace, the identity attributes and the
-/// memory columns (mem_predicted, mem_measured). A file
+/// memory columns (mem_predicted, mem_measured); version 4 the communication
+/// overlap columns (dp_exposed, dp_in_flight, tp_exposed, tp_in_flight). A file
 /// of another version is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
@@ -87,6 +88,17 @@ struct TimingRecord {
   /// the resident set is rss_mib.
   std::int64_t mem_predicted = 0;
   std::int64_t mem_measured = 0;
+  /// Communication that can overlap compute (wall seconds of this step on
+  /// this rank): *_exposed is the time this rank waited for it (compute
+  /// stopped), *_in_flight the time it was outstanding, exposed or hidden
+  /// behind compute (in_flight − exposed: overlapped). dp: the DP×CP gradient
+  /// reduction (comm.bucket_mib buckets: the union of each bucket's start to
+  /// its completion; optim::Optimizer::dp_in_flight_seconds); tp: the TP
+  /// collectives (tp_exposed = t_tp_comm; in flight adds the fused
+  /// backward's dX reductions while their dW GEMMs ran). exposed <= in_flight
+  /// <= t_total.
+  double dp_exposed = 0, dp_in_flight = 0;
+  double tp_exposed = 0, tp_in_flight = 0;
 };
 
 /// One row of /trace: one action of one rank's pipeline action list in the

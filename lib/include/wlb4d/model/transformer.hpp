@@ -90,6 +90,17 @@
 /// B on the live operands and needs no W stash (weight_slots = 0: schedules
 /// that never delay W, so full recompute keeps its memory saving).
 ///
+/// TP overlap (Megatron-LM's --tp-comm-overlap in its simplest form): in the
+/// fused backward() the column-parallel GEMMs (QKV, gate/up, the
+/// vocab-parallel LM head) compute dX first, start its TP sum (all-reduce;
+/// SP: reduce-scatter) nonblocking, run their dW GEMMs and wait after them:
+/// the same GEMMs and the same sum, so bit-identical. Under the B/W split
+/// (backward_input / backward_weight: model.recompute = none, or zb1) B has
+/// no dW GEMM to hide the reduction behind and waits for it at once. On
+/// MPICH without a progress thread a started collective advances only in MPI
+/// calls (here: SP's all-gathers inside the dW part), so on CPU most of it
+/// still runs at the wait.
+///
 /// FLOP counting (per optimizer step, the PaLM / Megatron-LM "model FLOPs"
 /// convention, Chowdhery et al. 2022 App. B; no recomputation counted):
 ///   model_flops = 6 · N_mm · tokens + 12 · layers · Hq · D · pairs
@@ -107,6 +118,7 @@
 #include "wlb4d/model/params.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -255,6 +267,16 @@ class Transformer {
   /// \throws std::logic_error if (slot, wslot) holds no pending W.
   void backward_weight(int slot, int wslot);
 
+  /// Gradient-ready hook (DP bucketed reduction, optim::Optimizer::grads_ready):
+  /// called as hook(from) when every gradient element at chunk-flat offset
+  /// >= from (params().grads(), registry order) has received this call's
+  /// contribution: in backward_weight() after the LM head's W and after each
+  /// layer's W (norm weights were done at B); in the fused backward() after
+  /// the head and after each layer, except under sequence parallelism, whose
+  /// norm-weight gradients are added at its end. Not called by
+  /// backward_input(). Empty (the default): no calls.
+  void set_grads_ready_hook(std::function<void(std::int64_t)> hook) { grads_ready_ = std::move(hook); }
+
   /// Forgets the forward pending in `slot` without running its backward
   /// (evaluation, finite-difference probes). No-op if none is pending.
   void discard(int slot);
@@ -266,7 +288,11 @@ class Transformer {
   /// reduce-scatters) since the last
   /// reset (the vocab-parallel cross-entropy's small reductions excluded).
   double tp_comm_seconds() const { return tp_comm_seconds_; }
-  void reset_tp_comm_seconds() { tp_comm_seconds_ = 0; }
+  /// Of the TP reductions overlapped with dW GEMMs (the fused backward's
+  /// column-parallel dX, see backward()), the seconds they were in flight
+  /// beyond their wait (tp_comm_seconds counts only the wait: the exposed part).
+  double tp_overlapped_seconds() const { return tp_overlapped_seconds_; }
+  void reset_tp_comm_seconds() { tp_comm_seconds_ = tp_overlapped_seconds_ = 0; }
 
   /// Rows [offset, offset+count) of a T-token micro-batch that this rank's
   /// residual stream holds: split_range(T, tp, tp_rank) under sequence
@@ -358,6 +384,15 @@ class Transformer {
   View1<Scalar> norm_grad_;               // SP: partial norm-weight gradients of one backward
   mutable std::vector<int> sp_counts_, sp_displs_;
   mutable double tp_comm_seconds_ = 0;
+  mutable double tp_overlapped_seconds_ = 0;
+  /// Starts the TP sum of a dX buffer `full` ([T][d]; SP: reduce-scatter into
+  /// `local`, this rank's rows), nonblocking, for the dW GEMMs to overlap it.
+  comm::Request start_reduce_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const;
+  /// Waits for it and books its exposed and overlapped seconds.
+  void finish_reduce_tp(comm::Request& r) const;
+  std::function<void(std::int64_t)> grads_ready_;
+  /// Calls grads_ready_ (if set) after fencing the kernels that wrote the gradients.
+  void notify_grads_ready(std::int64_t from) const;
 };
 
 }  // namespace wlb::model

@@ -31,13 +31,34 @@
 /// shards |G| times or not at all). The gradients are the sums over
 /// micro-batches already scaled by 1 / (target tokens of the step), so ‖g‖ is
 /// the norm of the gradient of the token-level mean loss (DESIGN §3).
+///
+/// Bucketed reduction (comm.bucket_mib > 0; the buckets of PyTorch DDP,
+/// bucket_cap_mb = 25, and Megatron-LM's overlap_grad_reduce, whose
+/// default is max(4e7, 1e6·dp) parameters): each chunk's flat gradient
+/// buffer is cut into buckets of about bucket_mib MiB, whole tensors, taken
+/// in reverse registry order (the order the backward finishes them: head
+/// first, embedding last), so bucket k of a chunk is [begin_k, end_k) with
+/// end_0 = N_c and begin_k = end_{k+1}. When the executor reports that
+/// elements [from, N_c) of a chunk hold their final value of the step
+/// (grads_ready, called during the chunk's last W or fused backward), every
+/// bucket lying wholly in that range is started nonblocking: an in-place
+/// all-reduce, or under ZeRO-1 an in-place reduce-scatter of the bucket with
+/// per-rank counts |[begin_k, end_k) ∩ zero_range(g)| (a ZeRO range may cut
+/// through a bucket, or hold none of it). reduce_gradients() starts what is
+/// left and waits for all. Every group rank starts the same buckets in the
+/// same order (the same action list and layers), as MPI's collective order
+/// requires. Each element is the same sum of the same dp·cp addends as the
+/// unbucketed reduction; only the collective's internal order may differ
+/// with its size (bit-identical on a group of 2).
 
+#include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/types.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/model/params.hpp"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace wlb::optim {
@@ -60,13 +81,35 @@ class Optimizer {
   ///        both are the same computation.
   /// \throws core::ConfigError if zero is not 0 or 1, or a shard holds 2^31
   ///        elements or more (the collectives count in int).
+  /// \param bucket_mib comm.bucket_mib: bucket size (MiB of fp32 gradient,
+  ///        >= 0; 0: one blocking reduction per chunk in reduce_gradients()).
   Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::ProcessGrid& grid,
-            std::vector<model::ParamRegistry<float>*> chunks, int zero = 0);
+            std::vector<model::ParamRegistry<float>*> chunks, int zero = 0, double bucket_mib = 0);
+
+  /// Elements [from, N_c) of chunk c's gradient buffer are final for this
+  /// step: starts every not yet started bucket of chunk c that lies wholly in
+  /// that range (nonblocking, collective over grid.dpcp()). A no-op without
+  /// buckets or on a group of one. Call it with the same arguments in the
+  /// same order on every rank of grid.dpcp().
+  void grads_ready(std::size_t c, std::int64_t from);
+  /// Tests the outstanding bucket reductions (MPI progress; never blocks).
+  void progress();
+  /// Buckets of chunk c as [begin, end) element ranges, in start order.
+  std::vector<std::pair<std::int64_t, std::int64_t>> buckets(std::size_t c) const;
+
+  /// DP×CP gradient communication of the last reduce_gradients() (wall
+  /// seconds): in_flight = the union of the intervals from each reduction's
+  /// start to its observed completion, exposed = the time reduce_gradients()
+  /// and progress() spent waiting (exposed <= in_flight; without buckets
+  /// both are the blocking reduction's time).
+  double dp_in_flight_seconds() const { return dp_in_flight_s_; }
+  double dp_exposed_seconds() const { return dp_exposed_s_; }
 
   /// Sums every chunk's gradients over the DP×CP group (each replica holds
   /// partial sums of its own tokens): an all-reduce (zero = 0) or an in-place
   /// reduce-scatter onto the owned ranges (zero = 1). Collective over
-  /// grid.dpcp(); a no-op on a group of one.
+  /// grid.dpcp(); a no-op on a group of one. With buckets: starts the
+  /// buckets grads_ready() has not started and waits for every bucket.
   void reduce_gradients();
 
   /// Global gradient norm, NaN/inf check, clip and AdamW of optimizer step
@@ -109,6 +152,17 @@ class Optimizer {
   void apply_adamw(std::int64_t step, double lr, double grad_scale);
   void allgather_parameters() const;
 
+  /// One bucket of a chunk: [begin, end) and, under ZeRO-1, its per-rank counts.
+  struct Bucket {
+    std::int64_t begin = 0, end = 0;
+    std::vector<int> counts;
+  };
+  void start_bucket(std::size_t c, std::size_t k);
+
+  std::vector<std::vector<Bucket>> buckets_;  // per chunk, in start order (reverse layout)
+  std::vector<std::size_t> next_bucket_;      // per chunk: buckets started this step
+  std::vector<comm::Request> inflight_;
+  double dp_in_flight_s_ = 0, dp_exposed_s_ = 0;
   core::OptimConfig cfg_;
   int total_steps_ = 0;
   const grid::ProcessGrid& grid_;

@@ -42,6 +42,7 @@
 #include "wlb4d/pipeline/schedule.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,12 +66,29 @@ struct RunStats {
   double forward_s = 0;      ///< forward compute, TP/CP communication excluded
   double backward_s = 0;     ///< backward compute, TP/CP communication excluded
   double p2p_s = 0;          ///< pipeline sends and receives (including waiting)
-  double tp_comm_s = 0;      ///< TP all-reduces inside forward/backward
+  double tp_comm_s = 0;      ///< TP all-reduces inside forward/backward (waited: the exposed part)
+  double tp_overlapped_s = 0;  ///< TP reductions in flight beyond their wait (fused backward, dW GEMMs running)
   double cp_comm_s = 0;      ///< CP K/V all-gathers and dK/dV reduce-scatters
   double compute_cpu_s = 0;  ///< process CPU seconds of forward/backward minus CPU spent in comm
   /// With run(..., trace = true): one entry per action of this rank's action
   /// list, in execution order (messages included); empty otherwise.
   std::vector<ActionTiming> trace;
+};
+
+/// Gradient-reduction hooks of a training run (the trainer binds them to
+/// optim::Optimizer::grads_ready / progress; the pipeline area cannot see the
+/// optimizer). During each chunk's last gradient action of the step (its last
+/// Weight action when B and W run apart, else its last Backward) the chunk's
+/// Transformer reports ready(chunk, from) per layer
+/// (model::Transformer::set_grads_ready_hook), and after that action the
+/// executor reports ready(chunk, 0): the chunk's gradients are final.
+/// progress() is called after every action (MPICH has no progress thread by
+/// default: a started collective advances only inside MPI calls). Both are
+/// called in the same order on every rank of a DP×CP group (same action
+/// list). Empty functions: not called.
+struct GradHooks {
+  std::function<void(std::size_t chunk, std::int64_t from)> ready;
+  std::function<void()> progress;
 };
 
 class Executor {
@@ -105,6 +123,9 @@ class Executor {
   ///         never filled (a schedule bug); comm errors propagate.
   RunStats run(bool backward, double grad_scale, bool trace = false);
 
+  /// Sets the gradient-reduction hooks of run(backward = true) (see GradHooks).
+  void set_grad_hooks(GradHooks h);
+
   /// Tokens this rank holds in the loaded micro-batches.
   std::int64_t local_tokens() const { return local_tokens_; }
 
@@ -135,6 +156,8 @@ class Executor {
   /// (grow-only, so the steady state allocates nothing).
   HostView1<float> pp_host_;
   std::int64_t local_tokens_ = 0;
+  GradHooks hooks_;
+  int armed_ = -1;  // chunk whose last gradient action is running (its layer reports go to hooks_.ready)
 };
 
 /// Reads one rank's slice of a planned micro-batch from the dataset (DESIGN
