@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""README's Data section and the quickstart deck tell one story (issue [N]).
+"""README's Data section, docs/data.md and the quickstart deck tell one story (issue [N]).
 
     check_readme_data.py WLB4D_PREP WLB4D REPO_ROOT
 
@@ -24,13 +24,15 @@ import tempfile
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
-def data_section_prep_commands(readme):
-    """(line, argv) of every wlb4d-prep command in fenced blocks of ## Data."""
+def data_section_prep_commands(readme, section="## Data"):
+    """(line, argv) of every wlb4d-prep command in fenced blocks of `section` (None: the whole file)."""
     out, in_section, fenced, pending, start = [], False, False, "", 0
     with open(readme, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
-            if line.startswith("## "):
-                in_section = line.strip() == "## Data"
+            if section is None:
+                in_section = True
+            elif line.startswith("## "):
+                in_section = line.strip() == section
                 continue
             if not in_section:
                 continue
@@ -88,26 +90,33 @@ def main():
     if not cmds:
         sys.exit("check_readme_data: README.md's '## Data' section has no wlb4d-prep command")
     want = deck_data_paths(wlb4d, root)
+    # docs/data.md's quickstart datasets (the corpus split into train and
+    # validation) tell the same story.
+    docs = os.path.join(root, "docs", "data.md")
+    for line, argv in data_section_prep_commands(docs, None):
+        if any("sotu-embedded" in a for a in argv) and option_values(argv, ["--val-output"]):
+            cmds.append((line, argv, "docs/data.md"))
+    cmds = [c if len(c) == 3 else (c[0], c[1], "README.md") for c in cmds]
     errors = []
     with tempfile.TemporaryDirectory(prefix="wlb4d-readme-data-") as work:
         os.symlink(os.path.join(root, "inputs"), os.path.join(work, "inputs"))
-        for line, argv in cmds:
+        for line, argv, doc in cmds:
             got = set(option_values(argv, ["--output", "--val-output"]))
             if got != want:
-                errors.append(f"README.md:{line}: writes {sorted(got)}, the quickstart deck reads {sorted(want)}")
+                errors.append(f"{doc}:{line}: writes {sorted(got)}, the quickstart deck reads {sorted(want)}")
             r = subprocess.run([prep] + argv[1:], cwd=work, capture_output=True, text=True, timeout=300)
             if r.returncode != 0:
-                errors.append(f"README.md:{line}: exit {r.returncode} as written: {r.stderr.strip()}")
+                errors.append(f"{doc}:{line}: exit {r.returncode} as written: {r.stderr.strip()}")
                 continue
             for p in sorted(got):
                 path = os.path.join(work, p)
                 if not os.path.isfile(path):
-                    errors.append(f"README.md:{line}: {p} was not written")
+                    errors.append(f"{doc}:{line}: {p} was not written")
                     continue
                 with open(path, "rb") as f:
                     if f.read(8) != HDF5_SIGNATURE:
-                        errors.append(f"README.md:{line}: {p} is not an HDF5 file")
-            print(f"README.md:{line}: ran: {' '.join(shlex.quote(a) for a in argv)}")
+                        errors.append(f"{doc}:{line}: {p} is not an HDF5 file")
+            print(f"{doc}:{line}: ran: {' '.join(shlex.quote(a) for a in argv)}")
     if errors:
         print("\n".join("check_readme_data: " + e for e in errors))
         return 1
