@@ -620,6 +620,7 @@ StepResult Trainer::step() {
   t0 = now();
   const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens);
   const optim::UpdateResult upd = I.opt->step(I.step, loss);
+  for (auto& chunk : I.exec->chunks()) chunk->mark_weights_updated();  // bf16: copies refreshed before the next forward
   Kokkos::fence();
   rec.time[io::kOptimizer] = now() - t0;
 
