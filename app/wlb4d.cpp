@@ -8,6 +8,7 @@
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/model/bf16_gemm.hpp"
 #include "wlb4d/train/trainer.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
     const auto blas = core::probe_blas();  // the GEMMs' kernel ([P]): a generic one costs 4-7x
     spdlog::info("{}", blas.summary());
     if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
+    spdlog::info("precision {}{}", cfg.train.precision,
+                 cfg.train.precision == "bf16" ? " | " + model::bf16_gemm_summary() : std::string());
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();
