@@ -2,7 +2,7 @@
 """train.precision = bf16 through the main executable (issue 16).
 
   bf16_check.py --wlb4d BIN --deck DECK --workdir DIR [--steps N] [--every S]
-                [--ranks R --mpiexec MPIEXEC] [--extra --key=value ...]
+                [--ranks R --mpiexec MPIEXEC] [--no-resume] [--key=value ...]
 
 Runs DECK for N steps in fp32 and in bf16 (checkpoint every S steps), then
   * bf16 really ran (its losses differ from fp32's) and the start-up line names
@@ -60,8 +60,7 @@ def main():
     ap.add_argument("--final-rtol", type=float, default=0.02)
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--no-resume", action="store_true")
-    ap.add_argument("--extra", nargs="*", default=[])
-    args = ap.parse_args()
+    args, args.extra = ap.parse_known_args()  # the rest (--key=value) goes to wlb4d
     ok = True
 
     def check(cond, what):
