@@ -9,6 +9,7 @@
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/model/bf16_gemm.hpp"
 #include "wlb4d/train/trainer.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
       spdlog::warn("comm.timeout_s={:g} has no effect with comm.wait=block: a blocking MPI call cannot be timed, so "
                    "a stopped rank hangs the job; use comm.wait=yield for the watchdog",
                    cfg.comm.timeout_s);
+    spdlog::info("precision {}{}", cfg.train.precision,
+                 cfg.train.precision == "bf16" ? " | " + model::bf16_gemm_summary() : std::string());
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();

@@ -48,6 +48,10 @@ CASES = [
     ("r2-pp2-zb1-full",         2, ["--parallel.pp=2", "--parallel.schedule=zb1", "--model.recompute=full"]),
     ("r4-cp2-tp2-sp-full",      4, ["--parallel.cp=2", "--parallel.tp=2", "--parallel.sequence_parallel=true",
                                     "--model.recompute=full"]),
+    # train.precision = bf16: weight copies and the rounded-operand workspace.
+    ("r1-1f1b-bf16",            1, ["--train.precision=bf16"]),
+    ("r2-pp2-bf16",             2, ["--parallel.pp=2", "--train.precision=bf16"]),
+    ("r2-tp2-sp-bf16",          2, ["--parallel.tp=2", "--parallel.sequence_parallel=true", "--train.precision=bf16"]),
 ]
 
 # (baseline case, feature case): measured saving >= --saving x predicted saving.

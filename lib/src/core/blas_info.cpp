@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <string>
 
 namespace wlb::core {
 
@@ -73,6 +74,10 @@ BlasInfo probe_blas() {
   using ThreadsFn = int (*)();
   const auto core = reinterpret_cast<CoreFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   const auto threads = reinterpret_cast<ThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+  b.cpu_bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+  b.sbgemm = find_sbgemm() != nullptr;
   if (!core) return b;
   b.openblas = true;
   const char* name = core();
@@ -82,11 +87,18 @@ BlasInfo probe_blas() {
   return b;
 }
 
+SbgemmFn find_sbgemm() {
+  if (const char* e = std::getenv("WLB4D_NO_SBGEMM"))
+    if (std::string(e) == "1") return nullptr;
+  return reinterpret_cast<SbgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+}
+
 std::string BlasInfo::summary() const {
-  if (!openblas) return fmt::format("BLAS: not OpenBLAS (no kernel check); CPU: {}", to_string(cpu));
-  return fmt::format("OpenBLAS core {} ({}), {} thread{}; CPU: {}; OPENBLAS_CORETYPE {}", core, to_string(kernel),
+  const std::string bf = fmt::format("; sbgemm {}; CPU AVX512-BF16 {}", sbgemm ? "yes" : "no", cpu_bf16 ? "yes" : "no");
+  if (!openblas) return fmt::format("BLAS: not OpenBLAS (no kernel check); CPU: {}{}", to_string(cpu), bf);
+  return fmt::format("OpenBLAS core {} ({}), {} thread{}; CPU: {}; OPENBLAS_CORETYPE {}{}", core, to_string(kernel),
                      threads, threads == 1 ? "" : "s", to_string(cpu),
-                     coretype_env.empty() ? std::string("unset") : "= " + coretype_env);
+                     coretype_env.empty() ? std::string("unset") : "= " + coretype_env, bf);
 }
 
 std::string BlasInfo::advice() const {

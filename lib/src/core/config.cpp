@@ -251,6 +251,10 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(int, train, eval_every, "steps between validations (0: never)", at_least(0)),
       WLB_KEY(std::int64_t, train, eval_tokens, "tokens per validation (tokens)", at_least<std::int64_t>(1)),
       WLB_KEY(int, train, print_every, "steps between rank-0 progress lines", at_least(1)),
+      WLB_KEY(std::string, train, precision,
+              "GEMM precision: fp32|bf16 (bf16 operands rounded to nearest even, fp32 accumulation; master "
+              "weights, optimizer state, norms, softmax, loss and gradient sums stay fp32)",
+              one_of({"fp32", "bf16"})),
       // [checkpoint]
       WLB_KEY(std::string, checkpoint, dir, "checkpoint directory", any<std::string>()),
       WLB_KEY(int, checkpoint, every, "steps between checkpoints (0: off)", at_least(0)),

@@ -123,6 +123,7 @@ void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid&
   h5::write_attr<CheckpointError>(f, "model_rope_theta", H5T_NATIVE_DOUBLE, &info.model.rope_theta, 1, true, w, kW);
   h5::write_attr<CheckpointError>(f, "model_norm_eps", H5T_NATIVE_DOUBLE, &info.model.norm_eps, 1, true, w, kW);
   str("tensors", tensor_list_text(tensors));
+  str("train_precision", info.precision);
 }
 
 hid_t create_f32(hid_t file, const std::string& name, const std::vector<std::int64_t>& g,
@@ -338,6 +339,7 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
   CheckpointInfo info;
   info.deck = attr_string(f, "deck", path);
   info.dataset_identity = attr_string(f, "dataset_identity", path);
+  info.precision = h5::has_attr(f, "train_precision") ? attr_string(f, "train_precision", path) : std::string();
   info.program_version = attr_string(f, "program_version", path);
   info.git_sha = attr_string(f, "git_sha", path);
   info.step = attr_i64(f, "step", path);

@@ -53,7 +53,7 @@ double model_flops(const core::ModelConfig& c, std::int64_t vocab, std::int64_t 
 template <class Scalar>
 Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage,
                                  comm::Communicator tp, int slots, std::int64_t max_tokens, bool sequence_parallel,
-                                 int weight_slots)
+                                 int weight_slots, bool bf16)
     : cfg_(cfg), vocab_(vocab), tp_(tp), params_(cfg, vocab, stage), cap_(max_tokens),
       sp_(sequence_parallel && tp.size() > 1) {
   if (slots < 1) throw std::invalid_argument("wlb::model::Transformer: slots=" + std::to_string(slots) + " < 1");
@@ -171,6 +171,69 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   wslot_owner_.assign(std::size_t(weight_slots), -1);
   if (wst_size_ > 0) wst_ = View1<Scalar>("wlb::model::weight_grad_stash", wst_size_ * weight_slots);
   kvx_ = std::make_shared<KvExchange<Scalar>>();
+  if (bf16) {
+    if (!std::is_same<Scalar, float>::value)
+      throw std::invalid_argument("wlb::model::Transformer: bf16 GEMMs need Scalar = float");
+    bf16_ = true;
+    bf16_w_.resize(params_.size());
+    std::vector<std::size_t> gemm_w;
+    for (const auto& L : lp_)
+      for (std::size_t i : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down}) gemm_w.push_back(i);
+    if (s.head) gemm_w.push_back(lm_head_);
+    std::int64_t out_max = 0;
+    for (std::size_t i : gemm_w) {
+      const auto& P = params_[i];
+      bf16_w_[i] = Bf16Weight(P.local_shape[0], P.local_shape[1]);
+      out_max = std::max(out_max, P.local_shape[0]);
+    }
+    // Operand workspace (bf16_gemm.hpp): under SP the gathered T is C too.
+    const std::int64_t wmax = std::max({d_, qd, f_});
+    bf16_ws_ = Bf16Workspace(cap_ * std::max(wmax, std::min(out_max, kBf16Block)), cap_ * wmax);
+  }
+}
+
+template <class Scalar>
+void Transformer<Scalar>::refresh_bf16_weights() {
+  if constexpr (std::is_same<Scalar, float>::value) {
+    for (std::size_t i = 0; i < bf16_w_.size(); ++i)
+      if (bf16_w_[i].rows() > 0) bf16_w_[i].refresh(params_[i].value2());
+  }
+  bf16_stale_ = false;
+}
+
+template <class Scalar>
+void Transformer<Scalar>::lin_fwd(const View2<Scalar>& x, std::size_t w, const View2<Scalar>& y, Scalar beta) {
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (bf16_) {
+      if (bf16_stale_) refresh_bf16_weights();
+      bf16_linear_forward(x, bf16_w_[w], y, beta, bf16_ws_);
+      return;
+    }
+  }
+  linear_forward(x, params_[w].value2(), y, beta);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::lin_bin(std::size_t w, const View2<Scalar>& dy, const View2<Scalar>& dx, Scalar beta) {
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (bf16_) {
+      // The copies the forward used: backward never follows an update without a forward.
+      bf16_linear_backward_input(bf16_w_[w], dy, dx, beta, bf16_ws_);
+      return;
+    }
+  }
+  linear_backward_input(params_[w].value2(), dy, dx, beta);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::lin_bw(const View2<Scalar>& x, const View2<Scalar>& dy, std::size_t w) {
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (bf16_) {
+      bf16_linear_backward_weight(x, dy, params_[w].grad2(), bf16_ws_);
+      return;
+    }
+  }
+  linear_backward_weight(x, dy, params_[w].grad2());
 }
 
 template <class Scalar>
@@ -337,9 +400,9 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
   const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
   rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
   const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;  // SP: operator g (all-gather)
-  linear_forward(XN1g, params_[P.wq].value2(), v2(Q3.data(), T, qd));
-  linear_forward(XN1g, params_[P.wk].value2(), v2(K3.data(), T, kd));
-  linear_forward(XN1g, params_[P.wv].value2(), v2(V3.data(), T, kd));
+  lin_fwd(XN1g, P.wq, v2(Q3.data(), T, qd));
+  lin_fwd(XN1g, P.wk, v2(K3.data(), T, kd));
+  lin_fwd(XN1g, P.wv, v2(V3.data(), T, kd));
   rope_apply(Q3, T, mb.positions, cfg_.rope_theta, false);
   rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
   const auto kv = kvx_->gather(params_.shard().layer_begin + l, slot, K3, V3);
@@ -347,10 +410,10 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
                             Scalar(1.0 / std::sqrt(double(D_))), O3, LSE2);
   if (sp_) {  // row-parallel output: operator ḡ (reduce-scatter to this rank's tokens)
     const auto Y = v2(scratch(kFull), T, d_);
-    linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), Y);
+    lin_fwd(v2(O3.data(), T, qd), P.wo, Y);
     reduce_scatter_tp(Y, T, H1);
   } else {
-    linear_forward(v2(O3.data(), T, qd), params_[P.wo].value2(), H1);
+    lin_fwd(v2(O3.data(), T, qd), P.wo, H1);
     allreduce_tp(H1);  // row-parallel output: operator g
   }
   add_inplace(H1, X, Ts);
@@ -364,17 +427,17 @@ void Transformer<Scalar>::mlp_block_forward(int slot, int l, const MicroBatchInp
   const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
   rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
   const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;  // SP: operator g
-  linear_forward(XN2g, params_[P.w_gate].value2(), G2);
-  linear_forward(XN2g, params_[P.w_up].value2(), U2);
+  lin_fwd(XN2g, P.w_gate, G2);
+  lin_fwd(XN2g, P.w_up, U2);
   swiglu_forward(G2, U2, T, A2);
   if (!down) return;  // recompute: the backward needs no layer output
   const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), Ts, d_);
   if (sp_) {  // operator ḡ
     const auto Y = v2(scratch(kFull), T, d_);
-    linear_forward(A2, params_[P.w_down].value2(), Y);
+    lin_fwd(A2, P.w_down, Y);
     reduce_scatter_tp(Y, T, XNEXT);
   } else {
-    linear_forward(A2, params_[P.w_down].value2(), XNEXT);
+    lin_fwd(A2, P.w_down, XNEXT);
     allreduce_tp(XNEXT);
   }
   add_inplace(XNEXT, H1, Ts);
@@ -458,7 +521,7 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
     const auto XNF = v2(top(slot, kXnF), Ts, d_);
     const auto LOG = v2(top(slot, kLogits), T, vl_);
     rmsnorm_forward(XO, Ts, params_[final_norm_].value, cfg_.norm_eps, XNF, v1(top(slot, kRstdF), Ts));
-    linear_forward(sp_ ? allgather_tp(XNF, T, kGath) : XNF, params_[lm_head_].value2(), LOG);  // SP: operator g
+    lin_fwd(sp_ ? allgather_tp(XNF, T, kGath) : XNF, lm_head_, LOG);  // SP: operator g
     out.loss = cross_entropy_forward(LOG, mb.labels, T, v0_, tp_, v1(top(slot, kCeLse), T), v1(scratch(kCeScratch), 3 * T),
                                      vl_real_);
   } else {
@@ -548,15 +611,15 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
   if (s.head) {
     const auto LOG = v2(top(slot, kLogits), T, vl_);
     cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
-    linear_backward_input(params_[lm_head_].value2(), LOG, DXN);  // W: dW_head from LOG (kept in the slot)
+    lin_bin(lm_head_, LOG, DXN);  // W: dW_head from LOG (kept in the slot)
     if (fused && tp_.size() > 1) {
       // TP overlap: dX's reduction (operator f, SP: ḡ) in flight during the dW GEMM.
       auto req = start_reduce_tp(DXN, T, DXNL);
-      linear_backward_weight(sp_ ? allgather_tp(v2(top(slot, kXnF), Ts, d_), T, kGath) : v2(top(slot, kXnF), Ts, d_),
-                             LOG, params_[lm_head_].grad2());
+      lin_bw(sp_ ? allgather_tp(v2(top(slot, kXnF), Ts, d_), T, kGath) : v2(top(slot, kXnF), Ts, d_), LOG,
+             lm_head_);
       finish_reduce_tp(req);
     } else {
-      if (fused) linear_backward_weight(v2(top(slot, kXnF), Ts, d_), LOG, params_[lm_head_].grad2());
+      if (fused) lin_bw(v2(top(slot, kXnF), Ts, d_), LOG, lm_head_);
       reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
     }
     const auto& N = params_[final_norm_];
@@ -589,24 +652,24 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     if (!fused) keep_for_w(dout_field(slot, l), DRES);
     {
       const auto DY = sp_ ? allgather_tp(DRES, T, kFull) : DRES;
-      linear_backward_input(params_[P.w_down].value2(), DY, DA2);
-      if (fused) linear_backward_weight(A2, DY, params_[P.w_down].grad2());
+      lin_bin(P.w_down, DY, DA2);
+      if (fused) lin_bw(A2, DY, P.w_down);
     }
     swiglu_backward(G2, U2, DA2, T, DG2, DU2);
     if (!fused) keep_for_w(wf(kG), DG2);  // gate/up are dead after swiglu_backward
     if (!fused) keep_for_w(wf(kU), DU2);
     if (!fused) keep_for_w(wf(kXn2), XN2);  // W's GEMM inputs (copied only if recompute keeps them in rec_)
     if (!fused) keep_for_w(wf(kA), A2);
-    linear_backward_input(params_[P.w_gate].value2(), DG2, DXN);
-    linear_backward_input(params_[P.w_up].value2(), DU2, DXN, Scalar(1));
+    lin_bin(P.w_gate, DG2, DXN);
+    lin_bin(P.w_up, DU2, DXN, Scalar(1));
     if (fused) {
       // Column-parallel backward: dX's reduction (operator f, SP: reduce-
       // scatter) in flight during the dW GEMMs (Megatron's tp-comm-overlap).
       std::optional<comm::Request> req;
       if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
       const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;
-      linear_backward_weight(XN2g, DG2, params_[P.w_gate].grad2());
-      linear_backward_weight(XN2g, DU2, params_[P.w_up].grad2());
+      lin_bw(XN2g, DG2, P.w_gate);
+      lin_bw(XN2g, DU2, P.w_up);
       if (req) finish_reduce_tp(*req);
     } else {
       reduce_dxn();  // column-parallel input: operator f (SP: reduce-scatter)
@@ -619,8 +682,8 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     if (!fused) keep_for_w(wf(kO), O3);
     {
       const auto DY = sp_ ? allgather_tp(DRES, T, kFull) : DRES;
-      linear_backward_input(params_[P.wo].value2(), DY, v2(DO3.data(), T, qd));
-      if (fused) linear_backward_weight(v2(O3.data(), T, qd), DY, params_[P.wo].grad2());
+      lin_bin(P.wo, DY, v2(DO3.data(), T, qd));
+      if (fused) lin_bw(v2(O3.data(), T, qd), DY, P.wo);
     }
     const int layer = s.layer_begin + l;
     const auto kv = kvx_->gather(layer, slot, K3, V3);
@@ -634,16 +697,16 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     if (!fused) keep_for_w(wf(kK), DK3);
     if (!fused) keep_for_w(wf(kV), DV3);
     if (!fused) keep_for_w(wf(kXn1), XN1);
-    linear_backward_input(params_[P.wq].value2(), v2(DQ3.data(), T, qd), DXN);
-    linear_backward_input(params_[P.wk].value2(), v2(DK3.data(), T, kd), DXN, Scalar(1));
-    linear_backward_input(params_[P.wv].value2(), v2(DV3.data(), T, kd), DXN, Scalar(1));
+    lin_bin(P.wq, v2(DQ3.data(), T, qd), DXN);
+    lin_bin(P.wk, v2(DK3.data(), T, kd), DXN, Scalar(1));
+    lin_bin(P.wv, v2(DV3.data(), T, kd), DXN, Scalar(1));
     if (fused) {  // as the MLP's: dX reduced while the QKV dW GEMMs run
       std::optional<comm::Request> req;
       if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
       const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;
-      linear_backward_weight(XN1g, v2(DQ3.data(), T, qd), params_[P.wq].grad2());
-      linear_backward_weight(XN1g, v2(DK3.data(), T, kd), params_[P.wk].grad2());
-      linear_backward_weight(XN1g, v2(DV3.data(), T, kd), params_[P.wv].grad2());
+      lin_bw(XN1g, v2(DQ3.data(), T, qd), P.wq);
+      lin_bw(XN1g, v2(DK3.data(), T, kd), P.wk);
+      lin_bw(XN1g, v2(DV3.data(), T, kd), P.wv);
       if (req) finish_reduce_tp(*req);
     } else {
       reduce_dxn();
@@ -706,21 +769,21 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
     return sp_ ? allgather_tp(local, T, kFull) : local;
   };
   if (params_.shard().head) {
-    linear_backward_weight(gathered(top(slot, kXnF)), v2(top(slot, kLogits), T, vl_), params_[lm_head_].grad2());
+    lin_bw(gathered(top(slot, kXnF)), v2(top(slot, kLogits), T, vl_), lm_head_);
     notify_grads_ready(std::int64_t(params_[final_norm_].offset));  // the final norm was done at B
   }
   for (int l = nlayers_ - 1; l >= 0; --l) {
     const LayerParams& P = lp_[std::size_t(l)];
     auto wf = [&](Field f) { return wfield(slot, wslot, l, f); };
-    linear_backward_weight(v2(wf(kA), T, f_), gathered_dy(dout_field(slot, l)), params_[P.w_down].grad2());
+    lin_bw(v2(wf(kA), T, f_), gathered_dy(dout_field(slot, l)), P.w_down);
     const auto XN2g = gathered(wf(kXn2));
-    linear_backward_weight(XN2g, v2(wf(kG), T, f_), params_[P.w_gate].grad2());
-    linear_backward_weight(XN2g, v2(wf(kU), T, f_), params_[P.w_up].grad2());
-    linear_backward_weight(v2(wf(kO), T, qd), gathered_dy(wf(kH1)), params_[P.wo].grad2());
+    lin_bw(XN2g, v2(wf(kG), T, f_), P.w_gate);
+    lin_bw(XN2g, v2(wf(kU), T, f_), P.w_up);
+    lin_bw(v2(wf(kO), T, qd), gathered_dy(wf(kH1)), P.wo);
     const auto XN1g = gathered(wf(kXn1));
-    linear_backward_weight(XN1g, v2(wf(kQ), T, qd), params_[P.wq].grad2());
-    linear_backward_weight(XN1g, v2(wf(kK), T, kd), params_[P.wk].grad2());
-    linear_backward_weight(XN1g, v2(wf(kV), T, kd), params_[P.wv].grad2());
+    lin_bw(XN1g, v2(wf(kQ), T, qd), P.wq);
+    lin_bw(XN1g, v2(wf(kK), T, kd), P.wk);
+    lin_bw(XN1g, v2(wf(kV), T, kd), P.wv);
     notify_grads_ready(std::int64_t(params_[P.attn_norm].offset));  // its norms were done at B
   }
   slot_tokens_[slot] = -1;

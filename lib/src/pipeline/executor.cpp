@@ -101,7 +101,8 @@ Executor::Executor(const core::Config& cfg, const grid::ProcessGrid& grid, std::
     sh.tp_rank = grid.tp_rank();
     sh.tp_size = grid.tp_size();
     chunks_.push_back(std::make_unique<model::Transformer<float>>(cfg.model, vocab, sh, grid.tp(), slots_, cap_,
-                                                                  cfg.parallel.sequence_parallel, wslots_));
+                                                                  cfg.parallel.sequence_parallel, wslots_,
+                                                                  cfg.train.precision == "bf16"));
     chunks_.back()->params().init_parameters(cfg.train.seed);
   }
   if (grid.cp_size() > 1) {

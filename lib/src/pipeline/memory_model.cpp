@@ -8,6 +8,7 @@
 #include "wlb4d/core/memory.hpp"
 #include "wlb4d/core/types.hpp"
 #include "wlb4d/model/attention.hpp"
+#include "wlb4d/model/bf16_gemm.hpp"
 
 #include <fmt/format.h>
 
@@ -117,6 +118,10 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   const double width[kNumFields] = {d, 1, d, qd, kd, kd, qd, hq, d, 1, d, F, F, F};
   auto field_bytes = [&](int f) { return width[f] * (sp && residual_region(f) ? C_sp : C) * b; };
   double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
+  // train.precision = bf16: weight copies and the operand workspace (bf16_gemm.hpp).
+  const bool bf16 = cfg.train.precision == "bf16";
+  const double bb = opt.bf16_operand_bytes > 0 ? opt.bf16_operand_bytes : model::bf16_operand_bytes();
+  double bf16_w = 0, bf16_ws = 0;
   const double wslots = weight_stashes(par, pp_rank, m);
   std::string kept;
   for (int vs = 0; vs < v; ++vs) {
@@ -127,6 +132,12 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     const double layer_params = 2 * d + 2 * qd * d + 2 * kd * d + 3 * F * d;
     const double P = nl * layer_params + (embedding ? V * d : 0) + (head ? d + V * d : 0);
     params += P;
+    if (bf16) {
+      bf16_w += (nl * (2 * qd * d + 2 * kd * d + 3 * F * d) + (head ? V * d : 0)) * bb;
+      const double wmax = std::max({d, qd, F});
+      const double out_max = std::max(nl > 0 ? std::max({qd, kd, d, F}) : 0.0, head ? V : 0.0);
+      bf16_ws += C * (std::max(wmax, std::min(out_max, double(model::kBf16Block))) + wmax) * bb;
+    }
     moments += 2 * (par.zero == 1 ? std::ceil(P / G) : P);
     // Layers that recompute: the first recompute_layers local ones (0: all).
     const bool any = mc.recompute != "none";
@@ -162,6 +173,12 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   e.terms.push_back({"activations", acts,
                      fmt::format("model::activations: {} slots x ({} per layer{}, x_out, last stage: logits)", e.slots,
                                  kept, mc.recompute_layers > 0 ? " in recomputed layers" : "")});
+  if (bf16) {
+    e.terms.push_back({"bf16_weights", bf16_w,
+                       fmt::format("model::bf16_weights: bf16 copies of the GEMM weights ({} B/element, {} path)", bb,
+                                   bb == 2 ? "sbgemm" : "widen")});
+    e.terms.push_back({"bf16_operands", bf16_ws, "model::bf16_operands: rounded GEMM operands (bf16_gemm.hpp)"});
+  }
   e.terms.push_back({"recompute_workspace", rec, "model::recompute (one layer's dropped fields)"});
   if (wstash > 0)
     e.terms.push_back({"weight_grad_stash", wstash, "model::weight_grad_stash: ZB-H1's delayed-W operands of recomputed layers"});

@@ -533,6 +533,7 @@ struct Trainer::Impl {
     info.dataset_identity = train_ds.identity();
     info.model = cfg.model;
     info.vocab = vocab;  // padded vocabulary: the tensors' shape
+    info.precision = cfg.train.precision;
     const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), st, info);
     last_ckpt_time = now();
     if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
@@ -558,8 +559,11 @@ struct Trainer::Impl {
     stream.restore({r.state.stream_epoch, r.state.stream_position});
     packer->load_state(r.state.packer_state);
     if (grid.rank() == 0) {
-      spdlog::info("resumed from {} at step {} (written by wlb4d {} on dp={} pp={} cp={} tp={})", *path, step,
-                   r.info.program_version, r.info.layout[0], r.info.layout[1], r.info.layout[2], r.info.layout[3]);
+      spdlog::info("resumed from {} at step {} (written by wlb4d {} on dp={} pp={} cp={} tp={}, precision {}; "
+                   "continuing in {} from its fp32 master weights)",
+                   *path, step, r.info.program_version, r.info.layout[0], r.info.layout[1], r.info.layout[2],
+                   r.info.layout[3], r.info.precision.empty() ? std::string("not recorded") : r.info.precision,
+                   cfg.train.precision);
       if (r.info.dataset_identity != train_ds.identity())
         spdlog::warn("data.train changed since the checkpoint: was {}, is {}", r.info.dataset_identity,
                      train_ds.identity());
@@ -647,6 +651,7 @@ StepResult Trainer::step() {
   t0 = now();
   const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens);
   const optim::UpdateResult upd = I.opt->step(I.step, loss);
+  for (auto& chunk : I.exec->chunks()) chunk->mark_weights_updated();  // bf16: copies refreshed before the next forward
   Kokkos::fence();
   rec.time[io::kOptimizer] = now() - t0;
 

@@ -39,6 +39,8 @@ struct BlasInfo {
   SimdLevel cpu = SimdLevel::Unknown;     ///< what this CPU supports
   SimdLevel kernel = SimdLevel::Unknown;  ///< what the kernel uses
   std::string coretype_env;  ///< OPENBLAS_CORETYPE as set ("" if unset)
+  bool sbgemm = false;       ///< the loaded BLAS exports cblas_sbgemm (bf16 in, fp32 out; OpenBLAS BUILD_BFLOAT16)
+  bool cpu_bf16 = false;     ///< the CPU has AVX512-BF16 (VDPBF16PS)
   /// One line for the start-up log ("OpenBLAS core Haswell (AVX2), 1 thread; CPU: AVX-512").
   std::string summary() const;
   /// A warning when the kernel's level is below the CPU's (and known):
@@ -47,7 +49,20 @@ struct BlasInfo {
   std::string advice() const;
 };
 
-/// Probes the running process. Cheap (two dlsym calls); thread-safe.
+/// Probes the running process. Cheap (three dlsym calls); thread-safe.
 BlasInfo probe_blas();
+
+/// OpenBLAS's cblas_sbgemm (cblas.h, OpenBLAS >= 0.3.10 built with
+/// BUILD_BFLOAT16): C = alpha·op(A)·op(B) + beta·C with A, B bf16 (uint16
+/// bits), C fp32, fp32 accumulation. Enum arguments as CBLAS (order 101 row
+/// major, transpose 111 no / 112 yes); 32-bit integers (a BLAS built with
+/// INTERFACE64 would need int64: not supported, none is used here).
+using SbgemmFn = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                          const unsigned short* a, int lda, const unsigned short* b, int ldb, float beta, float* c,
+                          int ldc);
+/// cblas_sbgemm of the loaded BLAS (dlsym), nullptr if it has none (Debian 12's
+/// OpenBLAS 0.3.21 has none). The environment variable WLB4D_NO_SBGEMM=1
+/// hides it (to compare both bf16 GEMM paths on one machine).
+SbgemmFn find_sbgemm();
 
 }  // namespace wlb::core

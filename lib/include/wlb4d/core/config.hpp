@@ -111,6 +111,10 @@ struct TrainConfig {
   int eval_every = 25;         ///< steps between validations (0: never)
   std::int64_t eval_tokens = 8192;  ///< tokens per validation
   int print_every = 1;         ///< steps between rank-0 lines
+  /// fp32 | bf16: bf16 GEMM operands (weights copied from the fp32 masters
+  /// after every update, activations rounded), fp32 accumulation, fp32
+  /// everything else (DESIGN §10, model/bf16_gemm.hpp).
+  std::string precision = "fp32";
 };
 
 /// [checkpoint]

@@ -62,7 +62,9 @@
 ///     model_ffn_hidden (int64), model_rope_theta, model_norm_eps (float64;
 ///     absent in files written before they joined the model identity), tensors
 ///     (string: every parameter name, one per line, in the model's fixed
-///     registry order).
+///     registry order), train_precision (string fp32|bf16: the writing
+///     run's train.precision; absent in older files; the stored tensors are
+///     fp32 master weights and fp32 state either way).
 ///
 /// ## Shapes before reads
 /// Every reader (load, verify, inspect) first checks the model record (the
@@ -171,6 +173,10 @@ struct CheckpointInfo {
   core::ModelConfig model;       ///< layers, d_model, heads, kv_heads, ffn_hidden, rope_theta, norm_eps are stored
   bool has_rope_norm = false;    ///< read: rope_theta/norm_eps were stored (older files lack them)
   std::int64_t vocab = 0;        ///< vocabulary size (from the dataset)
+  /// train.precision of the writing run (root attribute train_precision);
+  /// informational: the tensors are fp32 master weights and fp32 AdamW state
+  /// in both, so either precision resumes the other. Read: "" if absent (older files).
+  std::string precision = "fp32";
   // Filled by save/read; ignored on input to save_checkpoint():
   int layout[4] = {1, 1, 1, 1};  ///< writer's dp, pp, cp, tp
   std::string program_version;   ///< core::kVersion of the writer

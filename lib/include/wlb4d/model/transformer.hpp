@@ -69,6 +69,21 @@
 /// bit-identical to recompute = none; full recompute repeats the layer's CP
 /// K/V all-gather.
 ///
+/// Mixed precision (train.precision = bf16, DESIGN §10; Scalar = float
+/// only): every GEMM of the linear layers (QKV, wo, gate/up, w_down, LM head;
+/// forward, dX and dW) runs through bf16_gemm.hpp: bf16 operands — a bf16
+/// copy of each GEMM weight, refreshed from the fp32 master (params()) at the
+/// first forward after zero_grad() or mark_weights_updated(), and the fp32
+/// activation or gradient rounded on entry — with fp32 accumulation into
+/// fp32 outputs and fp32 dW (gradients sum over micro-batches in fp32).
+/// Everything else stays fp32: the residual stream and its gradient, the
+/// RMSNorm statistics, RoPE (angles in double), the attention kernel
+/// (softmax max/sum, LSE), SwiGLU, the cross-entropy and the loss. Stored
+/// activations stay fp32 (4 bytes; rounding happens at the GEMM). Extra
+/// memory: the weight copies (GEMM parameters × bf16_operand_bytes(), label
+/// model::bf16_weights) and the operand workspace of bf16_gemm.hpp
+/// (model::bf16_operands).
+///
 /// Split backward (zero-bubble pipelines; Qi et al., "Zero Bubble Pipeline
 /// Parallelism", ICLR 2024, arXiv 2401.10241, §2): backward_input (B) computes
 /// the gradient of the stage input (what the previous stage waits for), the
@@ -115,6 +130,7 @@
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/types.hpp"
 #include "wlb4d/model/batch.hpp"
+#include "wlb4d/model/bf16_gemm.hpp"
 #include "wlb4d/model/params.hpp"
 
 #include <cstdint>
@@ -215,15 +231,26 @@ class Transformer {
   /// \param weight_slots W stashes: backward_input calls whose
   ///        backward_weight may be pending at once; 0: backward() only (no
   ///        stash memory; backward_input then throws)
+  /// \param bf16 train.precision = bf16 (see the file comment);
+  ///        std::invalid_argument for Scalar = double
   Transformer(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& stage, comm::Communicator tp,
-              int slots, std::int64_t max_tokens, bool sequence_parallel = false, int weight_slots = 1);
+              int slots, std::int64_t max_tokens, bool sequence_parallel = false, int weight_slots = 1,
+              bool bf16 = false);
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
   ParamRegistry<Scalar>& params() { return params_; }
   const ParamRegistry<Scalar>& params() const { return params_; }
   /// Sets every gradient to 0 (start of a step); backward() accumulates.
-  void zero_grad() { params_.zero_grad(); }
+  /// Under bf16 also marks the weight copies stale (the previous step's update is done).
+  void zero_grad() {
+    params_.zero_grad();
+    bf16_stale_ = true;
+  }
+  /// The fp32 master weights changed (optimizer update, checkpoint load):
+  /// under bf16 the next forward refreshes the bf16 copies first. No-op in fp32.
+  void mark_weights_updated() { bf16_stale_ = true; }
+  bool bf16() const { return bf16_; }
 
   /// Forward of micro-batch `mb` into workspace `slot` (whose previous
   /// backward must be done).
@@ -350,6 +377,12 @@ class Transformer {
   /// SP: reduce-scatters the partial [T][d] `full` over TP into this rank's rows `local` (operator ḡ).
   void reduce_scatter_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const;
   void sp_counts(std::int64_t T) const;  // fills sp_counts_/sp_displs_ (elements) for T tokens
+  // The GEMMs of the linear layers (parameter index w): layers.hpp's fp32
+  // ones, or bf16_gemm.hpp's under bf16.
+  void lin_fwd(const View2<Scalar>& x, std::size_t w, const View2<Scalar>& y, Scalar beta = Scalar(0));
+  void lin_bin(std::size_t w, const View2<Scalar>& dy, const View2<Scalar>& dx, Scalar beta = Scalar(0));
+  void lin_bw(const View2<Scalar>& x, const View2<Scalar>& dy, std::size_t w);
+  void refresh_bf16_weights();
 
   core::ModelConfig cfg_;
   std::int64_t vocab_ = 0;
@@ -393,6 +426,10 @@ class Transformer {
   std::function<void(std::int64_t)> grads_ready_;
   /// Calls grads_ready_ (if set) after fencing the kernels that wrote the gradients.
   void notify_grads_ready(std::int64_t from) const;
+  bool bf16_ = false;
+  bool bf16_stale_ = true;
+  std::vector<Bf16Weight> bf16_w_;  // per parameter index; empty (0×0) for non-GEMM parameters
+  Bf16Workspace bf16_ws_;
 };
 
 }  // namespace wlb::model

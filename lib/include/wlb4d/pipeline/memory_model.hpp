@@ -43,6 +43,11 @@
 ///                       micro-batch: recv_act (chunks c > 0, pp > 1),
 ///                       recv_grad (c < last, pp > 1), send_grad (c > 0);
 ///                       C_p2p = C_cp, ⌈C_cp/tp⌉ under SP  [pp_recv, pp_send_grad]
+///   bf16_weights        train.precision = bf16: P_mm,c·b16 (the chunk's GEMM
+///                       weights: layers·(2qd·d + 2kd·d + 3F_l·d) + V_l·d on
+///                       the last chunk), b16 = 2 (sbgemm) or 4 (widen) [model::bf16_weights]
+///   bf16_operands       bf16: C·(max(d, qd, F_l, min(out_max, 4096)) + max(d, qd, F_l))·b16,
+///                       out_max the widest GEMM output of the chunk (V_l with the head) [model::bf16_operands]
 ///   batch_inputs        m·5·C_cp·4 (int32 ids, labels, positions, kv_lo,
 ///                       kv_hi) + cp > 1: m·C·4 (cp_perm)
 /// The sum is the predicted peak: the workspaces are allocated once at
@@ -90,6 +95,10 @@ struct MemoryEstimate {
 struct MemoryOptions {
   int bytes_per_element = 4;  ///< activations, parameters, gradients (4: fp32; 2 for bf16 later)
   int dpcp_rank = 0;          ///< this rank in the DP×CP group (ZeRO-1 shard; 0 holds the largest)
+  /// train.precision = bf16: bytes per element of the weight copies and the
+  /// operand workspace (2: sbgemm, 4: widen); 0: this process's path
+  /// (model::bf16_operand_bytes()).
+  int bf16_operand_bytes = 0;
 };
 
 /// s of the file comment: the most micro-batches held on one local chunk of
