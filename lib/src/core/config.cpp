@@ -307,7 +307,8 @@ const std::vector<KeySpec>& key_table() {
               "wlb4d-plan: seconds per byte of the alpha-beta model (s/byte; --search: the inter-node link)",
               at_least(0.0)),
       WLB_KEY(double, plan, flops_per_s,
-              "wlb4d-plan: sustained GEMM throughput per device at the trainer's precision, fp32 today (FLOP/s)",
+              "wlb4d-plan: sustained fp32 GEMM throughput per device (FLOP/s; under train.precision=bf16 "
+              "plan.flops_per_s_bf16 when set)",
               positive()),
       WLB_KEY(double, plan, device_memory_gib,
               "memory per device (GiB): wlb4d-plan marks layouts whose predicted peak per rank exceeds it; a "
@@ -322,8 +323,8 @@ const std::vector<KeySpec>& key_table() {
               "a node use the intra-node link",
               at_least(1)),
       WLB_KEY(double, plan, flops_per_s_bf16,
-              "wlb4d-plan: sustained bf16 GEMM throughput per device (FLOP/s; 0: plan.flops_per_s); used once the "
-              "trainer trains in bf16",
+              "wlb4d-plan: sustained bf16 GEMM throughput per device (FLOP/s; 0: plan.flops_per_s); the cost model's "
+              "rate when train.precision=bf16",
               at_least(0.0)),
       WLB_KEY(double, plan, attention_efficiency,
               "wlb4d-plan: attention kernel FLOP rate / GEMM rate (dimensionless, in (0, 1])",

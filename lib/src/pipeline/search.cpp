@@ -135,7 +135,7 @@ class Evaluator {
       tokens += double(plan.tokens);
       flops += model::model_flops(c.model, vocab, plan.tokens, pairs);
     }
-    const double peak = c.log.peak_tflops > 0 ? c.log.peak_tflops * 1e12 : c.plan.flops_per_s;
+    const double peak = c.log.peak_tflops > 0 ? c.log.peak_tflops * 1e12 : plan_gemm_flops(c);
     out.steps = steps;
     out.step_time_s = time / steps;
     out.tokens_per_step = tokens / steps;
@@ -330,7 +330,7 @@ std::string format_search(const SearchReport& rep, int top) {
     out += fmt::format("best vs deck: {:.3f}x tokens/s ({})\n", rep.ranked.front().tokens_per_s / rep.deck.tokens_per_s,
                        rep.ranked.front().label());
   out += "step_s: mean simulated step time; MFU: model FLOP/s per device / peak (log.peak_tflops, else\n"
-         "plan.flops_per_s); mem_GiB: predicted peak per rank; bubble: pipeline idle share; TP/CP/PP/DP: share of\n"
+         "plan.flops_per_s, or plan.flops_per_s_bf16 under train.precision=bf16); mem_GiB: predicted peak per rank; bubble: pipeline idle share; TP/CP/PP/DP: share of\n"
          "the step time a rank spends in TP collectives, CP K/V gathers, PP p2p and the gradient reduction.\n";
   return out;
 }

@@ -35,9 +35,14 @@ double ring_allgather(double alpha, double beta, int g, double bytes_per_rank) {
 
 }  // namespace
 
+double plan_gemm_flops(const core::Config& cfg) {
+  return cfg.train.precision == "bf16" && cfg.plan.flops_per_s_bf16 > 0 ? cfg.plan.flops_per_s_bf16
+                                                                          : cfg.plan.flops_per_s;
+}
+
 CostModel plan_cost_model(const core::Config& cfg) {
   if (!cfg.balance.calibrate) return CostModel::from_config(cfg);
-  return CostModel::from_model(cfg.model, cfg.parallel.tp, cfg.plan.flops_per_s, cfg.plan.attention_efficiency);
+  return CostModel::from_model(cfg.model, cfg.parallel.tp, plan_gemm_flops(cfg), cfg.plan.attention_efficiency);
 }
 
 StepModel StepModel::uniform(const core::Config& cfg) {

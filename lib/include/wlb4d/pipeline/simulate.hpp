@@ -52,9 +52,13 @@ using balance::CostModel;
 using balance::RunMetrics;
 using balance::StepPlan;
 
+/// Sustained GEMM FLOP/s per device at the deck's train.precision:
+/// plan.flops_per_s_bf16 under bf16 (when set), else plan.flops_per_s.
+double plan_gemm_flops(const core::Config& cfg);
+
 /// The simulator's cost model: the deck's balance.cost_a/b/c when
 /// balance.calibrate=false, else CostModel::from_model(model, tp,
-/// plan.flops_per_s) (an H100-like FLOP profile; attention at 60% of the GEMM
+/// plan_gemm_flops(cfg)) (an H100-like FLOP profile; attention at 60% of the GEMM
 /// rate, plan.attention_efficiency). \throws core::ConfigError.
 CostModel plan_cost_model(const core::Config& cfg);
 
