@@ -177,8 +177,12 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     bf16_ = true;
     bf16_w_.resize(params_.size());
     std::vector<std::size_t> gemm_w;
-    for (const auto& L : lp_)
-      for (std::size_t i : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down}) gemm_w.push_back(i);
+    for (const auto& L : lp_) {
+      // An array, not a braced list: nvcc 13's front end mistranslates a
+      // range-for over a braced list of members here (a template member).
+      const std::size_t layer_w[] = {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down};
+      for (std::size_t i : layer_w) gemm_w.push_back(i);
+    }
     if (s.head) gemm_w.push_back(lm_head_);
     std::int64_t out_max = 0;
     for (std::size_t i : gemm_w) {
