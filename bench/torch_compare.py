@@ -11,9 +11,10 @@ The model (lib/include/wlb4d/model/transformer.hpp, params.hpp): embedding →
 L × [RMSNorm → attention (RoPE half-split, GQA: query head h reads KV head
 h / (heads/kv_heads), scale 1/sqrt(D), document-causal mask) → residual →
 RMSNorm → SwiGLU MLP → residual] → RMSNorm → LM head (untied from the
-embedding, no biases). Init: N(0, init_std) matrices and embedding, wo and
-w_down scaled by 1/sqrt(2·layers), norm weights 1 (same distribution, not the
-same numbers: wlb4d's init is its own counter-based RNG). Loss: Σ CE over the
+embedding, no biases). Init: wlb4d's own weights, recomputed here from its
+counter-based RNG (params.cpp init_normal: N(0, init_std), wo and w_down
+scaled by 1/sqrt(2·layers), norm weights 1), so the losses agree step by step
+to fp32 accuracy, not only ≈ ln(vocab) at step 1. Loss: Σ CE over the
 step's target tokens / their count; padded vocabulary columns (model.vocab_size
 above the dataset's) are masked out of the softmax, as wlb4d does. AdamW with
 the deck's lr schedule (linear warm-up, cosine to min_lr), betas, eps, weight
@@ -123,7 +124,7 @@ def pairs_of(pieces, full):
 
 
 # ---------------------------------------------------------------- PyTorch model
-def build_torch(m, seed):
+def build_torch(m, seed, same_init=True):
     import torch
     import torch.nn as nn
     import torch.nn.functional as Fn
@@ -190,9 +191,53 @@ def build_torch(m, seed):
     resid = 1.0 / math.sqrt(2.0 * m["layers"])
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, m["init_std"] * (resid if name.endswith(("wo.weight", "w_down.weight")) else 1.0))
+            if p.dim() != 2:
+                continue  # norm weights: 1 (RMSNorm's init)
+            std = m["init_std"] * (resid if name.endswith(("wo.weight", "w_down.weight")) else 1.0)
+            if same_init:
+                w = (std * wlb4d_normal(seed, wlb4d_name(name), p.numel())).astype("float32")
+                p.copy_(torch.from_numpy(w).view(p.shape))
+            else:
+                p.normal_(0.0, std)
     return model
+
+
+def wlb4d_name(torch_name):
+    """The wlb4d registry name of a parameter (params.cpp param_shapes)."""
+    n = torch_name[: -len(".weight")] if torch_name.endswith(".weight") else torch_name
+    if n in ("embed", "lm_head"):
+        return n + ".weight"
+    return re.sub(r"^layers\.(\d+)\.(wq|wk|wv|wo)$", r"layers.\1.attn.\2",
+                  re.sub(r"^layers\.(\d+)\.(w_gate|w_up|w_down)$", r"layers.\1.mlp.\2", n))
+
+
+def _splitmix64(x):  # core/hash.hpp, on numpy uint64 (wrapping arithmetic)
+    import numpy as np
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def wlb4d_normal(seed, name, n):
+    """wlb4d's layout-independent init (params.cpp init_normal): Box-Muller on
+    two splitmix64 draws keyed by (seed, FNV-1a of the name, global index), so
+    the PyTorch model starts from wlb4d's very weights (row-major = global index
+    on one rank). fp64; the caller rounds std·value to fp32, as wlb4d does."""
+    import numpy as np
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    with np.errstate(over="ignore"):
+        key = _splitmix64(np.uint64(seed) ^ _splitmix64(np.array([h], dtype=np.uint64)))[0]
+        out = np.empty(n, dtype=np.float64)
+        chunk = 1 << 22
+        for a in range(0, n, chunk):
+            i = np.arange(a, min(n, a + chunk), dtype=np.uint64)
+            u1 = ((_splitmix64(key + np.uint64(2) * i) >> np.uint64(11)).astype(np.float64) + 0.5) / 9007199254740992.0
+            u2 = (_splitmix64(key + np.uint64(2) * i + np.uint64(1)) >> np.uint64(11)).astype(np.float64) / 9007199254740992.0
+            out[a: a + len(i)] = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+    return out
 
 
 def torch_inputs(ids, pieces, theta, D):
@@ -226,11 +271,20 @@ def lr_at(o, step, total):  # optim/adamw.cpp lr_at
     return o["min_lr"] + 0.5 * (o["lr"] - o["min_lr"]) * (1 + math.cos(math.pi * p))
 
 
+_INIT = {}
+
+
 def run_torch(m, opt, batches, seed, threads):
     """Trains len(batches) steps; returns per-step (seconds, loss)."""
     import torch
     torch.set_num_threads(threads)
-    model = build_torch(m, seed)
+    key = (seed, tuple(sorted((k, v) for k, v in m.items())))
+    if key in _INIT:  # later rounds: the same initial weights, without recomputing the RNG
+        model = build_torch(m, seed, same_init=False)
+        model.load_state_dict(_INIT[key])
+    else:
+        model = build_torch(m, seed)
+        _INIT[key] = {k: v.clone() for k, v in model.state_dict().items()}
     dec = [p for p in model.parameters() if p.dim() == 2]
     nodec = [p for p in model.parameters() if p.dim() != 2]
     adam = torch.optim.AdamW([{"params": dec, "weight_decay": opt["weight_decay"]},
@@ -369,6 +423,10 @@ def self_test(args):
     print(f"step-1 loss: wlb4d {wl[0][1]:.5f}, PyTorch {tr[0][1]:.5f}, ln(data vocab {m['data_vocab']}) "
           f"{math.log(m['data_vocab']):.5f}")
     check(loss_agrees(wl[0][1], tr[0][1], 1e-2), "step-1 losses agree within 1e-2 relative")
+    # The same initial weights (wlb4d_normal), tokens, mask and AdamW: every
+    # step's loss agrees to fp32 accuracy, not only the step at init.
+    for s, ((_, lw, *_), (_, lt)) in enumerate(zip(wl, tr)):
+        check(loss_agrees(lw, lt, 1e-4), f"step {s}: loss wlb4d {lw:.6f} = PyTorch {lt:.6f} within 1e-4 relative")
     return 1 if fails else 0
 
 
@@ -410,11 +468,14 @@ def compare(args):
         tt = statistics.median(t for t, _ in tr[skip:])
         ratios.append(tt / tw)
         l1 = (wl[0][1], tr[0][1])
+        lw_all, lt_all = [x[1] for x in wl], [x[1] for x in tr]
         print(f"{k:>5} {tokens / tw:>12.1f} {tokens / tt:>12.1f} {tt / tw:>6.2f}  "
               f"{f_full / tw * 1e-9:>11.2f} | {f_causal / tw * 1e-9:>10.2f}  {f_full / tt * 1e-9:>11.2f} | {f_causal / tt * 1e-9:>10.2f}",
               flush=True)
     print(f"ratio wlb4d/PyTorch tokens/s: mean {statistics.mean(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}] "
           f"over {args.rounds} rounds, median step time of steps {skip}-{steps - 1}")
+    worst = max(abs(a - b) / abs(a) for a, b in zip(lw_all, lt_all))
+    print(f"same initial weights (wlb4d's init_normal): worst relative loss difference over the {steps} steps {worst:.2e}")
     ok = loss_agrees(*l1, 1e-2)
     print(f"step-1 loss: wlb4d {l1[0]:.5f}, PyTorch {l1[1]:.5f}, ln(data vocab) {math.log(m['data_vocab']):.5f}: "
           f"{'agree' if ok else 'DIFFER'} within 1e-2 relative")
