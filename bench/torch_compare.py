@@ -447,7 +447,7 @@ def compare(args):
     f_causal = model_flops(m["layers"], m["heads"], D, n_mm, tokens, causal)
     blas = re.findall(r"BLAS_INFO=[^,\s]+|USE_MKLDNN=[^,\s]+|CPU capability usage: \S+", torch.__config__.show())
     blas.append("GEMM library loaded: " + torch_blas())
-    print(f"deck {args.deck}: layers {m['layers']}, d_model {m['d_model']}, heads {m['heads']}/{m['kv_heads']} (GQA), "
+    print(f"deck {args.deck}: layers {m['layers']}, d_model {m['d_model']}, heads {m['heads']}, kv_heads {m['kv_heads']}, "
           f"ffn {m['ffn_hidden']} (SwiGLU), vocab {m['vocab']} (data {m['data_vocab']}), eps {m['norm_eps']:g}, "
           f"rope_theta {m['rope_theta']:g}; {M} x {S} tokens per step, fixed packer, document-causal mask")
     print(f"threads {args.threads}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')} (wlb4d's BLAS); "
