@@ -41,6 +41,7 @@ Without torch or h5py it prints a `skipped:` line and exits 0 (77 under
 --self-test, ctest's skip code).
 """
 import argparse
+import atexit
 import configparser
 import csv
 import math
@@ -339,7 +340,7 @@ def torch_matmul_params(model):
 
 # ---------------------------------------------------------------- wlb4d
 def run_wlb4d(args, deck, overrides, steps, workdir, tag):
-    csvf = os.path.join(workdir, f"wlb4d-{tag}.csv")
+    csvf = os.path.join(args.csvdir, f"wlb4d-{tag}.csv")
     if os.path.exists(csvf):
         os.remove(csvf)
     cmd = ([args.wlb4d] if args.ranks == 0 else [args.mpiexec, "-n", "1", args.wlb4d]) + [
@@ -492,11 +493,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads and wlb4d's OMP/OpenBLAS threads")
-    ap.add_argument("--workdir", default=None, help="where relative data paths resolve and CSVs go (default: cwd)")
+    ap.add_argument("--workdir", default=None, help="where relative data paths resolve (default: cwd); --self-test's files")
     ap.add_argument("--self-test", action="store_true")
     args, extra = ap.parse_known_args()
     args.overrides = extra  # --section.key=value: passed to wlb4d (and to --print-config)
+    # Relative data paths resolve in --workdir (default: here); wlb4d's timing
+    # CSVs go there under --self-test, else to a temporary folder.
     args.workdir = os.path.abspath(args.workdir or os.getcwd())
+    if args.self_test:
+        args.csvdir = args.workdir
+    else:
+        args.csvdir = tempfile.mkdtemp(prefix="torch_compare-")
+        atexit.register(shutil.rmtree, args.csvdir, True)
     args.prep = args.prep or os.path.join(os.path.dirname(args.wlb4d), "wlb4d-prep")
     # Before torch loads OpenBLAS: its pthread pool must match --threads too.
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
