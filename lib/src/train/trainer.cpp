@@ -39,8 +39,8 @@ std::string tp_host_advice(int tp, int world, int host_ranks, int host_cores) {
       "parallel.tp={} with all {} ranks on one host of {} cores (fewer than {} per rank): tensor parallelism is not "
       "advised here. Every layer all-reduces its activations over TP in the forward and its input gradients in the "
       "backward, and at these sizes that costs about what the split GEMMs save: measured on "
-      "inputs/bench-quickstart.ini, 2 ranks on 2 shared cores, tp=2 ran at 0.77x of 1 rank's tokens/s (about 340 ms "
-      "of a 700 ms step waiting in TP collectives, 310 ms computing), dp=2 at 1.27x. Prefer parallel.dp (or pp) over tp on this host; "
+      "inputs/bench-quickstart.ini, 2 ranks on 2 shared cores, tp=2 ran at 0.80x of 1 rank's tokens/s (0.74-0.84x; "
+      "313-340 ms of a 655-715 ms step in TP collectives, 286-312 ms computing), dp=2 at 1.27x. Prefer parallel.dp (or pp) over tp on this host; "
       "tp pays across GPUs or hosts with many cores per rank.",
       tp, world, host_cores, kTpAdviceCoresPerRank);
 }

@@ -44,8 +44,8 @@ struct StepResult {
 /// backward ones after the column-parallel GEMMs) then cost as much as the
 /// GEMM time they split. Measured (issue 17, scripts/bench.sh on
 /// inputs/bench-quickstart.ini, 8 x 256 tokens, 2 ranks on 2 shared cores,
-/// alternating): tp=2 0.74-0.81x of 1 rank (336-340 ms of a 694-715 ms step
-/// in TP communication), dp=2 1.27x. Advice only; the run proceeds unchanged.
+/// alternating, 2 sets): tp=2 0.80x [0.74-0.84] of 1 rank (313-340 ms of a
+/// 655-715 ms step in TP communication), dp=2 1.27x. Advice only; the run proceeds unchanged.
 /// The threshold is a judgement: only 1 core per rank was measured.
 inline constexpr int kTpAdviceCoresPerRank = 4;
 std::string tp_host_advice(int tp, int world, int host_ranks, int host_cores);
