@@ -16,6 +16,7 @@
 #   OPENBLAS_MODE=native scripts/bench.sh # unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this run (OpenBLAS's own
 #                                         # choice); by default an unset OPENBLAS_CORETYPE gets the CPU's best kernel
 #   NICE=-15 scripts/bench.sh             # run at a higher priority (as root) on a shared, busy machine
+#   TORCH=1 scripts/bench.sh              # also wlb4d vs PyTorch, same model and tokens (bench/torch_compare.py)
 #
 # Every layout runs MICRO_BATCHES (default 8) micro-batches per step, so
 # tokens/step are the same across layouts (pp2 needs ≥ 2·pp micro-batches to
@@ -153,5 +154,16 @@ for name, ms, vals in out:
         ex = f"  {float(vals[1]):.2f} Gexp/s" if len(vals) > 1 and float(vals[1]) > 0 else ""
         print(f"{name:38s} {ms:8.2f} {g:8.2f} GB/s     {s}{ex}")
 ' "$PEAK"
+fi
+# wlb4d against PyTorch on the same model and tokens ([P] item 6; off by
+# default): TORCH=1 runs bench/torch_compare.py on every deck, TORCH_ROUNDS
+# alternating rounds of TORCH_STEPS steps (the deck's micro-batches), with the
+# threads and OpenBLAS kernel of this run. Prints `skipped:` without torch.
+if [ "${TORCH:-0}" = 1 ]; then
+  for deck in $DECKS; do
+    echo; echo "bench: PyTorch comparison, $deck"
+    $RUN /usr/bin/python3 bench/torch_compare.py "$deck" --wlb4d "$BIN/wlb4d" --rounds "${TORCH_ROUNDS:-3}" \
+      --steps "${TORCH_STEPS:-4}" --data.train="$OUT/data/sotu-train.h5" || echo "bench: torch_compare failed on $deck"
+  done
 fi
 echo "bench: CSV in $RESULTS (share = achieved model GFLOP/s / (ranks x threads x 1-core SGEMM peak))"

@@ -106,3 +106,16 @@ TEST(TrainerInputs, ResumePastTheEndSaysTheRunIsComplete) {
   EXPECT_FALSE(fs::exists(dir + "/step_000002.h5"));
   fs::remove_all(dir);
 }
+
+// [P] item 4: the start-up advice against tp > 1 on one small host — exactly
+// when tp > 1, every rank is on the host and it has < 4 cores per rank.
+TEST(TrainerInputs, TpHostAdviceOnlyForTpOnASmallSharedHost) {
+  const std::string w = train::tp_host_advice(2, 2, 2, 2);
+  EXPECT_NE(w.find("parallel.tp=2 with all 2 ranks on one host of 2 cores"), std::string::npos) << w;
+  EXPECT_NE(w.find("Prefer parallel.dp"), std::string::npos) << w;
+  EXPECT_FALSE(train::tp_host_advice(2, 2, 2, 7).empty());   // 3.5 cores per rank: still few
+  EXPECT_TRUE(train::tp_host_advice(2, 2, 2, 8).empty());    // 4 per rank: not advised against
+  EXPECT_TRUE(train::tp_host_advice(1, 2, 2, 2).empty());    // tp = 1 (dp = 2): never
+  EXPECT_TRUE(train::tp_host_advice(2, 4, 0, 2).empty());    // ranks on several hosts
+  EXPECT_FALSE(train::tp_host_advice(4, 8, 8, 16).empty());  // 2 cores per rank
+}
