@@ -68,12 +68,15 @@ def main():
         print(("ok   " if cond else "FAIL ") + what)
         ok = ok and cond
 
-    ck = {p: os.path.join(args.workdir, f"ck-bf16check-{p}") for p in ("fp32", "bf16")}
+    # Names carry the deck's stem: the ci-tiny and quickstart checks share a
+    # workdir and run in parallel under ctest -j.
+    tag = "bf16check-" + os.path.splitext(os.path.basename(args.deck))[0]
+    ck = {p: os.path.join(args.workdir, f"ck-{tag}-{p}") for p in ("fp32", "bf16")}
     for d in ck.values():
         shutil.rmtree(d, ignore_errors=True)
     runs = {}
     for p in ("fp32", "bf16"):
-        runs[p] = run(args, f"bf16check-{p}", [f"--train.precision={p}", f"--checkpoint.dir={ck[p]}",
+        runs[p] = run(args, f"{tag}-{p}", [f"--train.precision={p}", f"--checkpoint.dir={ck[p]}",
                                                f"--checkpoint.every={args.every}", "--checkpoint.keep=5",
                                                "--checkpoint.resume=never"])
     a, b = runs["fp32"][0], runs["bf16"][0]
@@ -95,7 +98,7 @@ def main():
     ckfile = lambda p: os.path.join(ck[p], f"step_{S:06d}.h5")
     for src, dst, exact in (("bf16", "bf16", True), ("bf16", "fp32", False), ("fp32", "bf16", False)):
         ref = runs[src][0]
-        got, log = run(args, f"bf16check-{src}-to-{dst}",
+        got, log = run(args, f"{tag}-{src}-to-{dst}",
                        [f"--train.precision={dst}", f"--checkpoint.resume={ckfile(src)}",
                         f"--checkpoint.dir={ck[src]}-{dst}", "--checkpoint.at_end=false"])
         check(f"precision {src}; continuing in {dst}" in log, f"resume {src} -> {dst}: the resume line names both")
