@@ -106,6 +106,26 @@ void check_count_int(std::size_t count, const char* call, int rank, int size) {
         "MPI counts are int); split the buffer into calls of at most {} elements",
         call, rank, size, count, lim, lim));
 }
+
+/// The checks reduce_scatterv and ireduce_scatterv share: one count per rank,
+/// none negative, their sum an MPI int. Returns this rank's displacement
+/// (elements before its range). \throws core::CommError naming `call`.
+std::int64_t scatter_displacement(const std::vector<int>& recv_counts, const char* call, int rank, int size) {
+  if (static_cast<int>(recv_counts.size()) != size)
+    throw core::CommError(fmt::format("wlb::comm: {} on rank {} of {}: recv_counts has {} entries, "
+                                      "needs one per rank",
+                                      call, rank, size, recv_counts.size()));
+  std::int64_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    if (recv_counts[r] < 0)
+      throw core::CommError(fmt::format("wlb::comm: {}: negative recv_counts[{}] = {}", call, r, recv_counts[r]));
+    total += recv_counts[r];
+  }
+  check_count_int(static_cast<std::size_t>(total), fmt::format("{} (sum of recv_counts)", call).c_str(), rank, size);
+  std::int64_t displ = 0;
+  for (int r = 0; r < rank; ++r) displ += recv_counts[r];
+  return displ;
+}
 }  // namespace
 
 void Communicator::check_live(const char* what) const {
@@ -411,21 +431,8 @@ template <class T>
 void Communicator::reduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const {
   check_live("reduce_scatterv");
   const CommCpuScope cpu_scope;
-  if (static_cast<int>(recv_counts.size()) != size_)
-    throw core::CommError(fmt::format("wlb::comm: reduce_scatterv on rank {} of {}: recv_counts has {} entries, "
-                                      "needs one per rank",
-                                      rank_, size_, recv_counts.size()));
-  std::int64_t total = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (recv_counts[r] < 0)
-      throw core::CommError(
-          fmt::format("wlb::comm: reduce_scatterv: negative recv_counts[{}] = {}", r, recv_counts[r]));
-    total += recv_counts[r];
-  }
-  check_count_int(static_cast<std::size_t>(total), "reduce_scatterv (sum of recv_counts)", rank_, size_);
+  const std::int64_t displ = scatter_displacement(recv_counts, "reduce_scatterv", rank_, size_);
   const MPI_Datatype type = mpi_type<T>();
-  std::int64_t displ = 0;
-  for (int r = 0; r < rank_; ++r) displ += recv_counts[r];
   // In place: MPI_IN_PLACE takes the input from recv's buffer (the whole
   // send) and leaves the result at its start; move it to this rank's range.
   const bool in_place = recv == send + displ;
@@ -472,20 +479,7 @@ template <class T>
 Request Communicator::ireduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const {
   check_live("ireduce_scatterv");
   const CommCpuScope cpu_scope;
-  if (static_cast<int>(recv_counts.size()) != size_)
-    throw core::CommError(fmt::format("wlb::comm: ireduce_scatterv on rank {} of {}: recv_counts has {} entries, "
-                                      "needs one per rank",
-                                      rank_, size_, recv_counts.size()));
-  std::int64_t total = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (recv_counts[r] < 0)
-      throw core::CommError(
-          fmt::format("wlb::comm: ireduce_scatterv: negative recv_counts[{}] = {}", r, recv_counts[r]));
-    total += recv_counts[r];
-  }
-  check_count_int(static_cast<std::size_t>(total), "ireduce_scatterv (sum of recv_counts)", rank_, size_);
-  std::int64_t displ = 0;
-  for (int r = 0; r < rank_; ++r) displ += recv_counts[r];
+  const std::int64_t displ = scatter_displacement(recv_counts, "ireduce_scatterv", rank_, size_);
   const bool in_place = recv == send + displ;  // as reduce_scatterv
   T* const whole = const_cast<T*>(send);
   Request r;
