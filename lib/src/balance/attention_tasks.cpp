@@ -36,6 +36,7 @@ std::vector<AttentionTask> make_attention_tasks(const std::vector<std::vector<Pi
   const std::int64_t step = (task_tokens + tile - 1) / tile * tile;
   std::vector<AttentionTask> tasks;
   for (std::size_t r = 0; r < pieces.size(); ++r) {
+    std::int64_t row = 0;  // pieces are in micro-batch order, so rows follow piece lengths
     for (const Piece& p : pieces[r]) {
       for (std::int64_t off = 0; off < p.length; off += step) {
         AttentionTask t;
@@ -45,8 +46,11 @@ std::vector<AttentionTask> make_attention_tasks(const std::vector<std::vector<Pi
         t.prefix = p.prefix + off;
         t.length = std::min(step, p.length - off);
         t.cost = cost.attention_piece(t.prefix, t.length);
+        t.row = row + off;
+        t.mb_start = p.mb_start + off;
         tasks.push_back(t);
       }
+      row += p.length;
     }
   }
   return tasks;

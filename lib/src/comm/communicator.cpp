@@ -500,6 +500,35 @@ Request Communicator::ireduce_scatterv(const T* send, T* recv, const std::vector
   return r;
 }
 
+template <class T>
+Request Communicator::ialltoallv(const T* send, const std::vector<int>& send_counts,
+                                const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
+                                const std::vector<int>& recv_displs) const {
+  check_live("ialltoallv");
+  const std::size_t n = static_cast<std::size_t>(size_);
+  for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs}) {
+    if (v->size() != n)
+      throw core::CommError(fmt::format("ialltoallv: {} counts/displacements for a group of {} ranks (rank {})",
+                                        v->size(), n, rank_));
+    for (int x : *v)
+      if (x < 0) throw core::CommError(fmt::format("ialltoallv: negative count or displacement {} (rank {})", x, rank_));
+  }
+  const CommCpuScope cpu_scope;
+  Request r;
+  r.comm_ = *this;
+  r.op_ = "ialltoallv";
+  r.counts_ = std::make_shared<std::vector<int>>();
+  for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
+    r.counts_->insert(r.counts_->end(), v->begin(), v->end());
+  const int* c = r.counts_->data();
+  r.t_start_ = core::wall_seconds();
+  MPI_Request req;
+  check_rc(MPI_Ialltoallv(send, c, c + n, mpi_type<T>(), recv, c + 2 * n, c + 3 * n, mpi_type<T>(), comm_, &req),
+           "MPI_Ialltoallv", rank_, size_);
+  r.pending_.push_back(req);
+  return r;
+}
+
 // With NCCL attached, or with device memory and no NCCL (comm.backend=mpi on a
 // CUDA build: host staging, which must complete before the staging buffers are
 // reused), the collective runs at the call and the Request is already complete.
@@ -711,7 +740,9 @@ std::size_t max_message_elements() { return g_max_elems.load(); }
   template void Communicator::send<T>(const T*, std::size_t, int, int) const;                                \
   template void Communicator::recv<T>(T*, std::size_t, int, int) const;                                \
   template Request Communicator::iallreduce<T>(T*, std::size_t, ReduceOp) const;                           \
-  template Request Communicator::ireduce_scatterv<T>(const T*, T*, const std::vector<int>&) const;
+  template Request Communicator::ireduce_scatterv<T>(const T*, T*, const std::vector<int>&) const;         \
+  template Request Communicator::ialltoallv<T>(const T*, const std::vector<int>&, const std::vector<int>&, T*,  \
+                                               const std::vector<int>&, const std::vector<int>&) const;
 
 WLB4D_COMM_INSTANTIATE(float)
 WLB4D_COMM_INSTANTIATE(double)

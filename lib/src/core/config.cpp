@@ -200,6 +200,17 @@ const std::vector<KeySpec>& key_table() {
               one_of({"fixed", "greedy", "wlb"})),
       WLB_KEY(std::string, balance, sharding, "CP sharding: sequence|document|adaptive",
               one_of({"sequence", "document", "adaptive"})),
+      WLB_KEY(std::string, balance, attention,
+              "core attention: local|disaggregated (query blocks moved between the DP x CP ranks of a stage "
+              "so each computes the same attention cost; DistCA)",
+              one_of({"local", "disaggregated"})),
+      WLB_KEY(std::int64_t, balance, ca_task_tokens,
+              "disaggregated: query rows per core-attention task (tokens; rounded up to the attention tile)",
+              at_least<std::int64_t>(1)),
+      WLB_KEY(double, balance, ca_tolerance,
+              "disaggregated: the assignment stops within (1 + this) of the mean rank attention cost "
+              "(dimensionless, >= 0)",
+              at_least(0.0)),
       WLB_KEY(std::int64_t, balance, max_tokens, "wlb: token cap per micro-batch (tokens; 0: train.max_seq_len)",
               at_least<std::int64_t>(0)),
       WLB_KEY(int, balance, max_delay, "wlb: most steps a document may wait in an outlier queue (steps)",

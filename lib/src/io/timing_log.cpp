@@ -28,7 +28,7 @@ namespace h5 = data::h5;
 using h5::Handle;
 using core::DataError;
 
-constexpr int kFormatVersion = 4;
+constexpr int kFormatVersion = 5;
 const char* const kNames[kNumCategories] = {"plan",     "data",     "forward",   "backward",
                                             "p2p_wait", "tp_comm",  "cp_comm",   "dp_reduce",
                                             "optimizer", "checkpoint", "eval",   "total"};
@@ -91,7 +91,9 @@ const std::vector<Field>& step_fields() {
                     WLB_FIELD(R, delay_mean), WLB_FIELD(R, delay_max), WLB_FIELD(R, compute_cpu),
                     WLB_FIELD(R, elapsed), WLB_FIELD(R, tokens_seen), WLB_FIELD(R, rss_mib), WLB_FIELD(R, mfu),
                     WLB_FIELD(R, mem_predicted), WLB_FIELD(R, mem_measured), WLB_FIELD(R, dp_exposed),
-                    WLB_FIELD(R, dp_in_flight), WLB_FIELD(R, tp_exposed), WLB_FIELD(R, tp_in_flight)})
+                    WLB_FIELD(R, dp_in_flight), WLB_FIELD(R, tp_exposed), WLB_FIELD(R, tp_in_flight),
+                    WLB_FIELD(R, ca_cost_before), WLB_FIELD(R, ca_cost_after), WLB_FIELD(R, ca_imbalance),
+                    WLB_FIELD(R, ca_bytes), WLB_FIELD(R, ca_exposed)})
       f.push_back(x);
     return f;
   }();

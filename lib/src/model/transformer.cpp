@@ -171,6 +171,7 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   wslot_owner_.assign(std::size_t(weight_slots), -1);
   if (wst_size_ > 0) wst_ = View1<Scalar>("wlb::model::weight_grad_stash", wst_size_ * weight_slots);
   kvx_ = std::make_shared<KvExchange<Scalar>>();
+  core_ = std::make_shared<CoreAttention<Scalar>>();
   if (bf16) {
     if (!std::is_same<Scalar, float>::value)
       throw std::invalid_argument("wlb::model::Transformer: bf16 GEMMs need Scalar = float");
@@ -382,6 +383,27 @@ void Transformer<Scalar>::discard(int slot) {
 }
 
 template <class Scalar>
+void CoreAttention<Scalar>::forward(int, int, const View3<Scalar>& q, const View3<Scalar>& k, const View3<Scalar>& v,
+                                    const View1<const std::int32_t>& kv_lo, const View1<const std::int32_t>& kv_hi,
+                                    Scalar scale, const View3<Scalar>& out, const View2<Scalar>& lse) {
+  attention_forward<Scalar>(q, k, v, kv_lo, kv_hi, scale, out, lse);
+}
+
+template <class Scalar>
+void CoreAttention<Scalar>::backward(int, int, const View3<Scalar>& q, const View3<Scalar>& k, const View3<Scalar>& v,
+                                     const View3<Scalar>& out, const View3<Scalar>& dout, const View2<Scalar>& lse,
+                                     const View1<const std::int32_t>& kv_lo, const View1<const std::int32_t>& kv_hi,
+                                     Scalar scale, const View3<Scalar>& dq, const View3<Scalar>& dk,
+                                     const View3<Scalar>& dv) {
+  attention_backward<Scalar>(q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::set_core_attention(std::shared_ptr<CoreAttention<Scalar>> a) {
+  core_ = a ? std::move(a) : std::make_shared<CoreAttention<Scalar>>();
+}
+
+template <class Scalar>
 void Transformer<Scalar>::set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x) {
   kvx_ = x ? std::move(x) : std::make_shared<KvExchange<Scalar>>();
 }
@@ -410,8 +432,8 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
   rope_apply(Q3, T, mb.positions, cfg_.rope_theta, false);
   rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
   const auto kv = kvx_->gather(params_.shard().layer_begin + l, slot, K3, V3);
-  attention_forward<Scalar>(Q3, kv.first, kv.second, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
-                            Scalar(1.0 / std::sqrt(double(D_))), O3, LSE2);
+  core_->forward(params_.shard().layer_begin + l, slot, Q3, kv.first, kv.second, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
+                 Scalar(1.0 / std::sqrt(double(D_))), O3, LSE2);
   if (sp_) {  // row-parallel output: operator ḡ (reduce-scatter to this rank's tokens)
     const auto Y = v2(scratch(kFull), T, d_);
     lin_fwd(v2(O3.data(), T, qd), P.wo, Y);
@@ -692,8 +714,8 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     const int layer = s.layer_begin + l;
     const auto kv = kvx_->gather(layer, slot, K3, V3);
     const auto dkv = kvx_->grad_buffers(layer, slot, DK3, DV3);
-    attention_backward<Scalar>(Q3, kv.first, kv.second, O3, DO3, LSE2, kv_lo, kv_hi, scale, DQ3, dkv.first,
-                               dkv.second);
+    core_->backward(layer, slot, Q3, kv.first, kv.second, O3, DO3, LSE2, kv_lo, kv_hi, scale, DQ3, dkv.first,
+                    dkv.second);
     kvx_->reduce_scatter(layer, slot, dkv.first, dkv.second, DK3, DV3);
     rope_apply(DQ3, T, mb.positions, cfg_.rope_theta, true);
     rope_apply(DK3, T, mb.positions, cfg_.rope_theta, true);
@@ -795,6 +817,8 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
   wslot_owner_[std::size_t(wslot)] = -1;
 }
 
+template class CoreAttention<float>;
+template class CoreAttention<double>;
 template class Transformer<float>;
 template class Transformer<double>;
 

@@ -1,12 +1,14 @@
 // Pipeline executor. See executor.hpp.
 #include "wlb4d/pipeline/executor.hpp"
 
+#include "wlb4d/balance/attention_tasks.hpp"
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/data/dataset.hpp"
+#include "wlb4d/model/attention.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -128,7 +130,7 @@ void Executor::set_grad_hooks(GradHooks h) {
 }
 
 void Executor::load(const data::TokenDataset& ds, const std::vector<balance::MicroBatch>& mbs,
-                    const std::vector<balance::Sharding>& sharding) {
+                    const std::vector<balance::Sharding>& sharding, const balance::StepPlan* plan) {
   auto& L = *loaded_;
   const int cp = grid_.cp_size();
   L.count = mbs.size();
@@ -162,6 +164,88 @@ void Executor::load(const data::TokenDataset& ds, const std::vector<balance::Mic
     model::upload_micro_batch(L.inputs[i], hb);
     local_tokens_ += hb.size();
   }
+  ca_bound_ = 0;
+  ca_plan_stats_ = AttentionStats{};
+  if (cax_ && plan) {
+    plan_attention(*plan);
+    ca_bound_ = L.count;
+  }
+}
+
+void Executor::enable_disaggregated_attention(const balance::CostModel& cost) {
+  const auto& g = grid_.dpcp();
+  if (g.size() <= 1) return;
+  // A communicator of its own: the exchanges never interleave with the
+  // gradient buckets (comm.bucket_mib) started on DP×CP during the backward.
+  auto group = g.split(0, g.rank());
+  if (!group) throw core::InternalError("attention group: communicator split gave no communicator");
+  group->set_name("attention group (DP×CP)");
+  const std::int64_t hq = cfg_.model.heads / grid_.tp_size(), hkv = cfg_.model.kv_heads / grid_.tp_size();
+  cax_ = std::make_shared<model::CoreAttentionExchange>(*group, hq, hkv, cfg_.model.head_dim());
+  ca_cost_ = std::make_unique<balance::CostModel>(cost);
+  // Tasks are cut at, and padded to, the query tile of this build's kernel
+  // (64 on the host, 32 on CUDA) rather than the cost model's 128 of
+  // FlashAttention on Hopper: that is the granularity the exchange runs at.
+  ca_cost_->tile = model::attention_tiles<float>(int(cfg_.model.head_dim())).queries;
+  for (auto& c : chunks_) c->set_core_attention(cax_);
+}
+
+model::CaStats Executor::take_attention_exchange_stats() {
+  if (!cax_) return {};
+  const model::CaStats s = cax_->stats();
+  cax_->reset_stats();
+  return s;
+}
+
+void Executor::plan_attention(const balance::StepPlan& plan) {
+  auto& L = *loaded_;
+  const int cp = grid_.cp_size(), dp = grid_.dp_size(), G = dp * cp;
+  const int me = grid_.dp_rank() * cp + grid_.cp_rank();  // DP×CP rank (process_grid.cpp's split key)
+  const std::int64_t hq = cfg_.model.heads / grid_.tp_size(), hkv = cfg_.model.kv_heads / grid_.tp_size();
+  const std::int64_t hd = cfg_.model.head_dim();
+  // The exchange sends K/V to every destination (also a CP peer of the same
+  // replica), so each rank is its own "replica" for the traffic model.
+  const balance::AttentionTraffic traffic{4.0 * model::CoreAttentionExchange::query_row_floats(hq, hd),
+                                          4.0 * model::CoreAttentionExchange::key_row_floats(hkv, hd)};
+  std::vector<int> self(static_cast<std::size_t>(G));
+  for (int r = 0; r < G; ++r) self[std::size_t(r)] = r;
+  while (ca_layouts_.size() < L.count) ca_layouts_.push_back(model::CoreAttentionExchange::make_layout());
+  ca_plan_stats_ = AttentionStats{};
+  for (std::size_t j = 0; j < L.count; ++j) {
+    std::vector<std::vector<balance::Piece>> pieces(static_cast<std::size_t>(G));
+    for (int d = 0; d < dp; ++d) {
+      const auto& mb = plan.micro_batches.at(std::size_t(d)).at(j);
+      const auto sh = plan.sharding.at(std::size_t(d)).at(j);
+      auto ps = balance::shard_pieces(mb, cp, sh);
+      for (int c = 0; c < cp; ++c) pieces[std::size_t(d * cp + c)] = std::move(ps[std::size_t(c)]);
+    }
+    const auto tasks = balance::make_attention_tasks(pieces, self, *ca_cost_, cfg_.balance.ca_task_tokens);
+    const auto a = balance::assign_attention_tasks(tasks, G, self, traffic, cfg_.balance.ca_tolerance);
+    std::vector<model::CaMove> moves;
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const auto& t = tasks[i];
+      if (a.owner[i] == t.home) continue;
+      model::CaMove m;
+      m.home = t.home;
+      m.dest = a.owner[i];
+      m.q_row = t.row;
+      m.rows = t.length;
+      m.key_begin = t.key_begin();
+      m.prefix = t.prefix;
+      m.span = t.span;
+      moves.push_back(m);
+    }
+    cax_->prepare(moves, L.inputs[j].tokens, *ca_layouts_[j]);
+    auto& st = ca_plan_stats_;
+    st.cost_before += a.cost_before[std::size_t(me)];
+    st.cost_after += a.cost_after[std::size_t(me)];
+    st.group_max_before += *std::max_element(a.cost_before.begin(), a.cost_before.end());
+    st.group_max_after += *std::max_element(a.cost_after.begin(), a.cost_after.end());
+    double sum = 0;
+    for (double c : a.cost_before) sum += c;
+    st.group_mean += sum / double(G);
+    st.moved += a.moved;
+  }
 }
 
 std::vector<Action> Executor::action_list(bool backward) const {
@@ -177,6 +261,7 @@ std::int64_t Executor::hidden_rows(std::size_t mb) const {
 void Executor::bind_cp(int mb) {
   const auto& L = *loaded_;
   if (kvx_) kvx_->bind(L.cp_counts[std::size_t(mb)], L.cp_perm[std::size_t(mb)], L.mb_tokens[std::size_t(mb)]);
+  if (cax_) cax_->bind(std::size_t(mb) < ca_bound_ ? ca_layouts_[std::size_t(mb)] : nullptr);
 }
 
 void Executor::forward(const Action& a, bool backward, RunStats& st) {

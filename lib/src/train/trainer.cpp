@@ -128,7 +128,14 @@ void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>
                      const StepLineContext& ctx) {
   double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0;
   double dpx = 0, dpf = 0, tpx = 0, tpf = 0;  // communication exposed / in flight, max over ranks
+  double cab_max = 0, cab_sum = 0, caa_max = 0, caa_sum = 0, cax = 0, cabytes = 0;  // core attention
   for (const auto& r : all) {
+    cab_max = std::max(cab_max, r.ca_cost_before);
+    cab_sum += r.ca_cost_before;
+    caa_max = std::max(caa_max, r.ca_cost_after);
+    caa_sum += r.ca_cost_after;
+    cax = std::max(cax, r.ca_exposed);
+    cabytes += r.ca_bytes / 2;  // each byte is counted by its sender and its receiver
     dpx = std::max(dpx, r.dp_exposed);
     dpf = std::max(dpf, r.dp_in_flight);
     tpx = std::max(tpx, r.tp_exposed);
@@ -150,19 +157,25 @@ void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>
   const double flops_dev = w.seconds > 0 ? w.flops / w.seconds / double(ctx.devices) : 0;
   const std::string mfu =
       ctx.peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
+  // Disaggregated attention: the plan's max/mean attention cost over ranks before -> after, traffic, wait.
+  const std::string ca =
+      cab_sum > 0 ? fmt::format(" | core attn {:.2f}->{:.2f}, {:.1f} MiB, exposed {:.1f} ms",
+                                cab_max / (cab_sum / double(all.size())), caa_max / (caa_sum / double(all.size())),
+                                cabytes / 1048576.0, cax * 1e3)
+                  : std::string();
   const std::string extra = (eval > 0 ? fmt::format(" | eval {:.0f} ms", eval * 1e3) : std::string()) +
                             (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string());
   spdlog::info(
       "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
       " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
       " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}"
-      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms",
+      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms{}",
       last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
       human_count(double(last.record.tokens_seen)), last.tokens,
       w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
       extra, mem, hms(ctx.eta), tmin * 1e3, tsum / double(all.size()) * 1e3, tmax * 1e3,
       last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb, dpx * 1e3, dpf * 1e3, tpx * 1e3,
-      tpf * 1e3);
+      tpf * 1e3, ca);
 }
 
 }  // namespace
@@ -219,6 +232,16 @@ struct Trainer::Impl {
     packer = balance::make_packer(c, cost, wlb_length_sample());
     warn_if_dataset_smaller_than_a_step();
     exec = std::make_unique<pipeline::Executor>(cfg, g, vocab);
+    if (c.balance.attention == "disaggregated") {
+      exec->enable_disaggregated_attention(cost);  // collective over DP×CP
+      if (g.rank() == 0)
+        spdlog::info(g.dpcp().size() > 1
+                         ? fmt::format("core attention: disaggregated over the DP×CP group of {} ranks per stage "
+                                       "(tasks of {} query rows, tolerance {})",
+                                       g.dpcp().size(), c.balance.ca_task_tokens, c.balance.ca_tolerance)
+                         : std::string("core attention: balance.attention=disaggregated has no effect with "
+                                       "dp·cp = 1 (an attention group of one rank); attention stays local"));
+    }
     if (g.rank() == 0 && exec->chunks().front()->sequence_parallel()) {
       const std::int64_t cap = std::max<std::int64_t>(c.train.max_seq_len, c.balance.max_tokens);
       spdlog::info("sequence parallelism: residual/norm activations split over tp={} (T tokens of a CP shard: "
@@ -396,7 +419,7 @@ struct Trainer::Impl {
   void load(const balance::StepPlan& plan) {
     for (auto& chunk : exec->chunks()) chunk->zero_grad();
     const auto r = std::size_t(grid.dp_rank());
-    exec->load(train_ds, plan.micro_batches.at(r), plan.sharding.at(r));
+    exec->load(train_ds, plan.micro_batches.at(r), plan.sharding.at(r), &plan);
   }
 
   /// Token-level mean loss from this rank's Σ CE: summed over DP×CP, taken
@@ -662,6 +685,15 @@ StepResult Trainer::step() {
   I.opt->reduce_gradients();
   Kokkos::fence();
   rec.time[io::kDPReduce] = now() - t0;
+  if (I.exec->disaggregated_attention()) {
+    const auto& ca = I.exec->attention_stats();
+    const auto x = I.exec->take_attention_exchange_stats();
+    rec.ca_cost_before = ca.cost_before;
+    rec.ca_cost_after = ca.cost_after;
+    rec.ca_imbalance = ca.imbalance_after();
+    rec.ca_bytes = x.bytes_sent + x.bytes_received;
+    rec.ca_exposed = x.exposed_s;
+  }
   rec.dp_exposed = I.opt->dp_exposed_seconds();
   rec.dp_in_flight = I.opt->dp_in_flight_seconds();
 

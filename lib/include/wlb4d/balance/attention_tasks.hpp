@@ -36,6 +36,11 @@ struct AttentionTask {
   std::int64_t prefix = 0;    ///< query rows start here inside the span (tokens)
   std::int64_t length = 0;    ///< query rows (tokens, >= 1)
   double cost = 0;            ///< CostModel::attention_piece(prefix, length) (seconds)
+  std::int64_t row = 0;       ///< first query row among home's own query rows (its CP shard, in order)
+  std::int64_t mb_start = 0;  ///< index of the first query row in the micro-batch (packed order)
+  /// Micro-batch index of the span's first token: the task's keys are
+  /// [key_begin(), key_begin() + key_rows()) in packed order.
+  std::int64_t key_begin() const { return mb_start - prefix; }
   std::int64_t key_rows() const { return prefix + length; }
 };
 

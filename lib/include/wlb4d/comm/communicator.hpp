@@ -169,6 +169,18 @@ class Communicator {
   /// the Request completes.
   template <class T>
   Request ireduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const;
+  /// All-to-all with per-peer counts (MPI_Ialltoallv), started nonblocking:
+  /// rank r's send[send_displs[p], +send_counts[p]) arrives at peer p in its
+  /// recv[recv_displs[r], +recv_counts[r]). Counts and displacements are in
+  /// elements, one per rank of the group; they are copied into the Request.
+  /// Both buffers must stay untouched until the Request completes. Host
+  /// memory (or memory MPI can read: host builds); the caller stages device
+  /// buffers. Used by the core-attention exchange (model/ca_exchange.hpp).
+  /// \throws core::CommError if a vector has not one entry per rank, an
+  /// entry is negative, or MPI fails.
+  template <class T>
+  Request ialltoallv(const T* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs,
+                     T* recv, const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) const;
   template <class T> void send(const T* data, std::size_t count, int dest, int tag) const;
   template <class T> void recv(T* data, std::size_t count, int src, int tag) const;
   void barrier() const;

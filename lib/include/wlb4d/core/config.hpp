@@ -88,6 +88,11 @@ struct BalanceConfig {
   double cost_a = 0;                 ///< seconds per token per layer (when calibrate=false)
   double cost_b = 0;                 ///< seconds per token^2 per layer (when calibrate=false)
   double cost_c = 0;                 ///< seconds per micro-batch per layer (constant)
+  /// local | disaggregated: core attention of each layer balanced over the
+  /// DP×CP attention group (issue [O]; model/ca_exchange.hpp)
+  std::string attention = "local";
+  std::int64_t ca_task_tokens = 256;  ///< disaggregated: query rows per task (tokens)
+  double ca_tolerance = 0.02;         ///< disaggregated: stop within (1 + this) of the mean (dimensionless)
 };
 
 /// [optim] AdamW + warm-up/cosine schedule + global-norm clipping.

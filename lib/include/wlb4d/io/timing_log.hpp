@@ -13,7 +13,7 @@
 ///              action of the step log.trace_step names, one row per (rank,
 ///              action); attribute kind_names (comma-separated names of the
 ///              `kind` codes). Absent when no step was traced.
-///   attributes on /: format = "wlb4d-timing", format_version = 4, and the
+///   attributes on /: format = "wlb4d-timing", format_version = 5, and the
 ///              run's identity as of the latest start (RunIdentity: deck,
 ///              program_version, start_time, layout, world_size, peak_tflops).
 /// All times are wall seconds measured after Kokkos::fence(), except
@@ -22,7 +22,9 @@
 /// version 3 the step-line columns (elapsed, tokens_seen, rss_mib, mfu), t_total
 /// without evaluation and checkpoint, /trace, the identity attributes and the
 /// memory columns (mem_predicted, mem_measured); version 4 the communication
-/// overlap columns (dp_exposed, dp_in_flight, tp_exposed, tp_in_flight). A file
+/// overlap columns (dp_exposed, dp_in_flight, tp_exposed, tp_in_flight);
+/// version 5 the core-attention columns (ca_cost_before, ca_cost_after,
+/// ca_imbalance, ca_bytes, ca_exposed). A file
 /// of another version is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
@@ -99,6 +101,14 @@ struct TimingRecord {
   /// <= t_total.
   double dp_exposed = 0, dp_in_flight = 0;
   double tp_exposed = 0, tp_in_flight = 0;
+  /// Core-attention disaggregation (balance.attention = disaggregated; 0
+  /// when local): this rank's planned attention cost with every task at home
+  /// and after the assignment (cost-model seconds per layer, Σ over the
+  /// step's micro-batches), the group's imbalance (Σ slots max / Σ slots
+  /// mean) after it, the bytes this rank sent + received in the exchanges and
+  /// the wall seconds it waited for them (exposed).
+  double ca_cost_before = 0, ca_cost_after = 0, ca_imbalance = 0;
+  double ca_bytes = 0, ca_exposed = 0;
 };
 
 /// One row of /trace: one action of one rank's pipeline action list in the

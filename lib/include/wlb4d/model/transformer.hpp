@@ -185,6 +185,28 @@ class KvExchange {
   }
 };
 
+/// Core attention, softmax(scale·QKᵀ, masked)·V, of one layer (the
+/// disaggregation hook, issue [O]). The default runs attention_forward /
+/// attention_backward on this rank; CoreAttentionExchange
+/// (ca_exchange.hpp) computes some query rows on other ranks of the
+/// attention group and returns their results, so the caller sees the same
+/// outputs. Shapes as attention.hpp: q, out, dout, dq [T][Hq_l][D]; k, v, dk,
+/// dv [S][Hkv_l][D] (gathered under CP); lse [Hq_l][T]; kv_lo, kv_hi [T].
+/// Every rank of a group calls forward/backward for the same (layer, slot)
+/// in the same order (the schedule guarantees it; recompute re-runs forward).
+template <class Scalar>
+class CoreAttention {
+ public:
+  virtual ~CoreAttention() = default;
+  virtual void forward(int layer, int slot, const View3<Scalar>& q, const View3<Scalar>& k, const View3<Scalar>& v,
+                       const View1<const std::int32_t>& kv_lo, const View1<const std::int32_t>& kv_hi, Scalar scale,
+                       const View3<Scalar>& out, const View2<Scalar>& lse);
+  virtual void backward(int layer, int slot, const View3<Scalar>& q, const View3<Scalar>& k, const View3<Scalar>& v,
+                        const View3<Scalar>& out, const View3<Scalar>& dout, const View2<Scalar>& lse,
+                        const View1<const std::int32_t>& kv_lo, const View1<const std::int32_t>& kv_hi, Scalar scale,
+                        const View3<Scalar>& dq, const View3<Scalar>& dk, const View3<Scalar>& dv);
+};
+
 /// Result of Transformer::forward.
 template <class Scalar>
 struct StageOutput {
@@ -310,6 +332,8 @@ class Transformer {
 
   /// Replaces the K/V source (context parallelism); nullptr restores identity.
   void set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x);
+  /// Installs the core-attention hook (nullptr: the local default).
+  void set_core_attention(std::shared_ptr<CoreAttention<Scalar>> a);
 
   /// Wall seconds spent in this stage's TP all-reduces (SP: all-gathers and
   /// reduce-scatters) since the last
@@ -414,6 +438,7 @@ class Transformer {
   std::int64_t wst_size_ = 0;             // elements per W stash
   View1<Scalar> wst_;                     // all W stashes (empty with recompute = none)
   std::shared_ptr<KvExchange<Scalar>> kvx_;
+  std::shared_ptr<CoreAttention<Scalar>> core_;
   View1<Scalar> norm_grad_;               // SP: partial norm-weight gradients of one backward
   mutable std::vector<int> sp_counts_, sp_displs_;
   mutable double tp_comm_seconds_ = 0;

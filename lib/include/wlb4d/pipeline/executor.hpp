@@ -34,9 +34,11 @@
 /// recomputed layer's operands kept) and their Weight actions do nothing.
 /// Both count as backward time.
 
+#include "wlb4d/balance/cost_model.hpp"
 #include "wlb4d/balance/plan.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/model/ca_exchange.hpp"
 #include "wlb4d/model/cp_exchange.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
@@ -110,8 +112,34 @@ class Executor {
   /// \throws core::DataError if a span lies outside its document;
   ///         core::InternalError if a micro-batch exceeds the capacity
   ///         max(train.max_seq_len, balance.max_tokens) tokens.
+  /// With `plan` (the whole step plan, identical on every rank) and
+  /// disaggregated attention enabled, also assigns each micro-batch's
+  /// core-attention tasks over the attention group (DP×CP of this stage):
+  /// balance::make_attention_tasks + assign_attention_tasks, micro-batch j of
+  /// every replica forming slot j. Without `plan` (evaluation) attention stays local.
   void load(const data::TokenDataset& ds, const std::vector<balance::MicroBatch>& mbs,
-            const std::vector<balance::Sharding>& sharding);
+            const std::vector<balance::Sharding>& sharding, const balance::StepPlan* plan = nullptr);
+
+  /// balance.attention = disaggregated: core attention of every layer is
+  /// balanced over the DP×CP group (model::CoreAttentionExchange on a
+  /// communicator of its own). `cost` must be identical on every rank (the
+  /// packer's). Collective over DP×CP (communicator split). No-op when the
+  /// group has one rank.
+  void enable_disaggregated_attention(const balance::CostModel& cost);
+
+  /// Core-attention disaggregation of the loaded step (zeros when off).
+  struct AttentionStats {
+    double cost_before = 0, cost_after = 0;  ///< this rank's attention cost, all tasks home / assigned (s per layer, Σ slots)
+    double group_max_before = 0, group_max_after = 0;  ///< Σ over slots of the group's most loaded rank (s per layer)
+    double group_mean = 0;                   ///< Σ over slots of the group's mean rank cost (s per layer)
+    std::int64_t moved = 0;                  ///< tasks of the group computed away from home (Σ slots)
+    double imbalance_before() const { return group_mean > 0 ? group_max_before / group_mean : 1.0; }
+    double imbalance_after() const { return group_mean > 0 ? group_max_after / group_mean : 1.0; }
+  };
+  const AttentionStats& attention_stats() const { return ca_plan_stats_; }
+  /// The exchange's measured traffic and waits since the last call (then reset).
+  model::CaStats take_attention_exchange_stats();
+  bool disaggregated_attention() const { return cax_ != nullptr; }
 
   /// Runs the loaded micro-batches through the schedule (collective over the
   /// PP, TP and CP groups). With backward = false only forwards run
@@ -138,6 +166,8 @@ class Executor {
   void send(const Action& a, RunStats& st);
   void receive(const Action& a, RunStats& st);
   void bind_cp(int micro_batch);
+  /// Assigns the loaded micro-batches' attention tasks (load with a plan).
+  void plan_attention(const balance::StepPlan& plan);
   /// Rows of micro-batch mb's activation/gradient messages (SP: this TP rank's share).
   std::int64_t hidden_rows(std::size_t mb) const;
   void collect_comm_times(RunStats& st);
@@ -151,6 +181,11 @@ class Executor {
   bool split_w_ = false;  // Backward runs B only, Weight runs W (ZB-H1)
   std::vector<std::unique_ptr<model::Transformer<float>>> chunks_;
   std::shared_ptr<model::CpKvExchange> kvx_;
+  std::shared_ptr<model::CoreAttentionExchange> cax_;  // balance.attention = disaggregated
+  std::unique_ptr<balance::CostModel> ca_cost_;
+  std::vector<std::shared_ptr<model::CaLayout>> ca_layouts_;  // per micro-batch slot (reused; grow-only)
+  std::size_t ca_bound_ = 0;                                  // layouts valid for this load (0: local)
+  AttentionStats ca_plan_stats_;
   std::unique_ptr<Loaded> loaded_;
   /// Host staging of pipeline messages when model buffers are device memory
   /// (grow-only, so the steady state allocates nothing).

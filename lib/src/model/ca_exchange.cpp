@@ -1,0 +1,476 @@
+// Core-attention disaggregation, execution side. See ca_exchange.hpp.
+#include "wlb4d/model/ca_exchange.hpp"
+
+#include "wlb4d/core/clock.hpp"
+#include "wlb4d/model/attention.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <climits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace wlb::model {
+
+namespace {
+using Range = std::pair<std::int64_t, std::int64_t>;
+using UView3 = Kokkos::View<float***, Layout, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using UView2 = Kokkos::View<float**, Layout, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+constexpr bool kHostReaches = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
+int to_count(std::int64_t n, const char* what) {
+  if (n < 0 || n > INT_MAX)
+    throw std::invalid_argument(std::string("CoreAttentionExchange: ") + what + " of " + std::to_string(n) +
+                                " floats does not fit one MPI count");
+  return static_cast<int>(n);
+}
+
+std::vector<int> displs_of(const std::vector<int>& c) {
+  std::vector<int> d(c.size(), 0);
+  std::int64_t o = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    d[i] = to_count(o, "a displacement");
+    o += c[i];
+  }
+  return d;
+}
+
+std::int64_t total(const std::vector<int>& c) {
+  std::int64_t t = 0;
+  for (int x : c) t += x;
+  return t;
+}
+
+template <class V> void grow(V& b, std::int64_t n, const char* label) {
+  if (std::int64_t(b.extent(0)) < n) b = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n);
+}
+
+/// rows [r0, r0+n) of a [N][H][D] View as a flat piece of `dst` at float offset `off`.
+void copy_rows_out(const View3<float>& src, std::int64_t r0, std::int64_t n, float* dst) {
+  if (n <= 0) return;
+  const UView3 d(dst, n, src.extent(1), src.extent(2));
+  Kokkos::deep_copy(d, Kokkos::subview(src, Range(r0, r0 + n), Kokkos::ALL, Kokkos::ALL));
+}
+void copy_rows_in(const float* src, const View3<float>& dst, std::int64_t r0, std::int64_t n) {
+  if (n <= 0) return;
+  const UView3 s(const_cast<float*>(src), n, dst.extent(1), dst.extent(2));
+  Kokkos::deep_copy(Kokkos::subview(dst, Range(r0, r0 + n), Kokkos::ALL, Kokkos::ALL), s);
+}
+/// lse columns [c0, c0+n) <-> columns [col, col+n) of a [H][width] section at `sec`.
+void copy_lse(const View2<float>& lse, std::int64_t c0, std::int64_t n, float* sec, std::int64_t width,
+              std::int64_t col, bool to_section) {
+  if (n <= 0) return;
+  const UView2 s(sec, lse.extent(0), width);
+  auto a = Kokkos::subview(lse, Kokkos::ALL, Range(c0, c0 + n));
+  auto b = Kokkos::subview(s, Kokkos::ALL, Range(col, col + n));
+  if (to_section)
+    Kokkos::deep_copy(b, a);
+  else
+    Kokkos::deep_copy(a, b);
+}
+/// dst rows [r0, r0+n) += the flat rows at src (width floats a row).
+void add_rows(const View3<float>& dst, std::int64_t r0, std::int64_t n, const float* src) {
+  if (n <= 0) return;
+  const std::int64_t w = std::int64_t(dst.extent(1) * dst.extent(2));
+  float* d = dst.data() + r0 * w;
+  Kokkos::parallel_for(
+      "wlb::model::ca_add_rows", Kokkos::RangePolicy<ExecSpace>(0, n * w),
+      KOKKOS_LAMBDA(const std::int64_t i) { d[i] += src[i]; });
+}
+}  // namespace
+
+struct CaLayout {
+  struct Out {
+    std::int64_t q_row = 0, rows = 0;
+  };
+  struct Block {
+    std::int64_t key_begin = 0, keys = 0;
+  };
+  int ranks = 0;
+  std::int64_t tokens = 0;
+  bool any = false;                             // the slot has moves (every rank joins the exchanges)
+  std::vector<std::vector<Out>> out_moves;      // [dest]: this rank's exported blocks, in move order
+  std::vector<std::vector<Block>> out_blocks;   // [dest]: K/V row ranges sent there
+  std::vector<std::int64_t> out_q, out_k;       // [dest]: query rows / key rows sent
+  std::vector<std::int64_t> in_q, in_k;         // [source]: query rows / key rows received
+  std::vector<std::int64_t> in_off;             // [source]: first entry in in_lo/in_hi
+  IntVec in_lo, in_hi;                          // imported queries' key ranges (indices into the source's K section)
+  IntVec exported;                              // [T]: 1 for a row computed elsewhere
+  std::int64_t rows_out = 0, rows_in = 0;
+};
+
+struct CoreAttentionExchange::Buffers {
+  View1<float> send, recv, ret_send, ret_recv;
+  HostView1<float> h_send, h_recv;
+  IntVec lo, hi;  // kv_lo / kv_hi with the exported rows emptied
+  comm::Request req;
+  View1<float> pending_recv;  // staged exchange: where the received floats go
+  std::int64_t pending_n = 0;
+  bool staged = false;
+};
+
+CoreAttentionExchange::CoreAttentionExchange(comm::Communicator group, std::int64_t hq, std::int64_t hkv,
+                                             std::int64_t hd)
+    : group_(std::move(group)), hq_(hq), hkv_(hkv), hd_(hd), buf_(std::make_unique<Buffers>()) {}
+
+CoreAttentionExchange::~CoreAttentionExchange() = default;
+
+std::shared_ptr<CaLayout> CoreAttentionExchange::make_layout() { return std::make_shared<CaLayout>(); }
+
+bool CoreAttentionExchange::bound_moves() const { return bound_ && bound_->any; }
+
+void CoreAttentionExchange::prepare(const std::vector<CaMove>& moves, std::int64_t tokens, CaLayout& into) const {
+  const int R = group_.size(), me = group_.rank();
+  CaLayout* L = &into;
+  L->rows_out = L->rows_in = 0;
+  for (auto& v : L->out_moves) v.clear();
+  for (auto& v : L->out_blocks) v.clear();
+  L->ranks = R;
+  L->tokens = tokens;
+  L->any = !moves.empty();
+  L->out_moves.resize(std::size_t(R));
+  L->out_blocks.resize(std::size_t(R));
+  L->out_q.assign(std::size_t(R), 0);
+  L->out_k.assign(std::size_t(R), 0);
+  L->in_q.assign(std::size_t(R), 0);
+  L->in_k.assign(std::size_t(R), 0);
+  L->in_off.assign(std::size_t(R) + 1, 0);
+  // K/V blocks per (home, dest), first appearance order of the span, longest range.
+  std::map<std::pair<int, int>, std::vector<std::pair<std::int32_t, std::int64_t>>> blocks;  // (span, keys)
+  std::map<std::pair<int, int>, std::vector<std::int64_t>> block_key_begin;
+  for (const CaMove& m : moves) {
+    if (m.home < 0 || m.home >= R || m.dest < 0 || m.dest >= R || m.home == m.dest || m.rows < 1 || m.prefix < 0)
+      throw std::invalid_argument("CoreAttentionExchange::prepare: move home " + std::to_string(m.home) + " dest " +
+                                  std::to_string(m.dest) + " rows " + std::to_string(m.rows) +
+                                  " is not a move inside a group of " + std::to_string(R) + " ranks");
+    auto& bl = blocks[{m.home, m.dest}];
+    auto& kb = block_key_begin[{m.home, m.dest}];
+    std::size_t b = 0;
+    while (b < bl.size() && bl[b].first != m.span) ++b;
+    if (b == bl.size()) {
+      bl.push_back({m.span, 0});
+      kb.push_back(m.key_begin);
+    }
+    bl[b].second = std::max(bl[b].second, m.key_rows());
+  }
+  std::vector<std::int32_t> lo, hi;
+  std::vector<std::int32_t> exported(std::size_t(tokens), 0);
+  for (int p = 0; p < R; ++p) {
+    // Exports to p.
+    if (p != me) {
+      const auto it = blocks.find({me, p});
+      if (it != blocks.end()) {
+        const auto& kb = block_key_begin[{me, p}];
+        for (std::size_t b = 0; b < it->second.size(); ++b) {
+          L->out_blocks[std::size_t(p)].push_back({kb[b], it->second[b].second});
+          L->out_k[std::size_t(p)] += it->second[b].second;
+        }
+      }
+      for (const CaMove& m : moves) {
+        if (m.home != me || m.dest != p) continue;
+        if (m.q_row < 0 || m.q_row + m.rows > tokens)
+          throw std::invalid_argument("CoreAttentionExchange::prepare: exported rows [" + std::to_string(m.q_row) +
+                                      ", " + std::to_string(m.q_row + m.rows) + ") outside this rank's " +
+                                      std::to_string(tokens) + " rows");
+        L->out_moves[std::size_t(p)].push_back({m.q_row, m.rows});
+        L->out_q[std::size_t(p)] += m.rows;
+        for (std::int64_t r = 0; r < m.rows; ++r) exported[std::size_t(m.q_row + r)] = 1;
+      }
+      L->rows_out += L->out_q[std::size_t(p)];
+    }
+    // Imports from p: key ranges into p's K section (its blocks for me, concatenated).
+    L->in_off[std::size_t(p)] = std::int64_t(lo.size());
+    if (p != me) {
+      const auto it = blocks.find({p, me});
+      std::vector<std::int64_t> block_off;
+      if (it != blocks.end()) {
+        for (const auto& b : it->second) {
+          block_off.push_back(L->in_k[std::size_t(p)]);
+          L->in_k[std::size_t(p)] += b.second;
+        }
+      }
+      for (const CaMove& m : moves) {
+        if (m.home != p || m.dest != me) continue;
+        std::size_t b = 0;
+        while (it->second[b].first != m.span) ++b;
+        for (std::int64_t r = 0; r < m.rows; ++r) {
+          lo.push_back(std::int32_t(block_off[b]));
+          hi.push_back(std::int32_t(block_off[b] + m.prefix + r));
+        }
+        L->in_q[std::size_t(p)] += m.rows;
+      }
+      L->rows_in += L->in_q[std::size_t(p)];
+    }
+  }
+  L->in_off[std::size_t(R)] = std::int64_t(lo.size());
+  upload_ints(L->in_lo, lo, "ca_in_lo");
+  upload_ints(L->in_hi, hi, "ca_in_hi");
+  upload_ints(L->exported, exported, "ca_exported");
+}
+
+void CoreAttentionExchange::exchange(const std::vector<int>& send_counts, const std::vector<int>& recv_counts,
+                                     bool forward_dir) {
+  auto& B = *buf_;
+  const View1<float>& send = forward_dir ? B.send : B.ret_send;
+  const View1<float>& recv = forward_dir ? B.recv : B.ret_recv;
+  const auto sd = displs_of(send_counts), rd = displs_of(recv_counts);
+  const std::int64_t ns = total(send_counts), nr = total(recv_counts);
+  stats_.bytes_sent += 4.0 * double(ns);
+  stats_.bytes_received += 4.0 * double(nr);
+  Kokkos::fence();  // the packed send buffer is complete before MPI reads it
+  B.staged = !kHostReaches;
+  if (!B.staged) {
+    B.req = group_.ialltoallv(send.data(), send_counts, sd, recv.data(), recv_counts, rd);
+    return;
+  }
+  grow(B.h_send, ns, "ca_host_send");
+  grow(B.h_recv, nr, "ca_host_recv");
+  Kokkos::deep_copy(Kokkos::subview(B.h_send, Range(0, ns)), Kokkos::subview(send, Range(0, ns)));
+  B.req = group_.ialltoallv(B.h_send.data(), send_counts, sd, B.h_recv.data(), recv_counts, rd);
+  B.pending_recv = recv;
+  B.pending_n = nr;
+}
+
+namespace {
+/// Waits for the posted exchange and, when staged, copies the received floats to the device.
+void finish(comm::Request& req, bool staged, const HostView1<float>& h, const View1<float>& d, std::int64_t n,
+            double& exposed) {
+  const double t0 = core::wall_seconds();
+  req.wait();
+  if (staged && n > 0) Kokkos::deep_copy(Kokkos::subview(d, Range(0, n)), Kokkos::subview(h, Range(0, n)));
+  exposed += core::wall_seconds() - t0;
+}
+}  // namespace
+
+void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, const View3<float>& k,
+                                    const View3<float>& v, const View1<const std::int32_t>& kv_lo,
+                                    const View1<const std::int32_t>& kv_hi, float scale, const View3<float>& out,
+                                    const View2<float>& lse) {
+  const CaLayout* L = bound_.get();
+  if (!L || !L->any) {
+    CoreAttention<float>::forward(layer, slot, q, k, v, kv_lo, kv_hi, scale, out, lse);
+    return;
+  }
+  const std::int64_t T = std::int64_t(q.extent(0));
+  if (T != L->tokens)
+    throw std::logic_error("CoreAttentionExchange::forward: " + std::to_string(T) +
+                           " query rows, the bound layout has " + std::to_string(L->tokens));
+  auto& B = *buf_;
+  const int R = L->ranks;
+  const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;
+  // 1. Pack Q rows and K/V blocks per destination: [Q][K][V].
+  std::vector<int> sc(static_cast<std::size_t>(R)), rc(static_cast<std::size_t>(R));
+  for (int p = 0; p < R; ++p) {
+    sc[std::size_t(p)] = to_count(L->out_q[std::size_t(p)] * wq + 2 * L->out_k[std::size_t(p)] * wk, "a send");
+    rc[std::size_t(p)] = to_count(L->in_q[std::size_t(p)] * wq + 2 * L->in_k[std::size_t(p)] * wk, "a receive");
+  }
+  grow(B.send, total(sc), "ca_send");
+  grow(B.recv, total(rc), "ca_recv");
+  {
+    std::int64_t off = 0;
+    for (int p = 0; p < R; ++p) {
+      float* base = B.send.data() + off;
+      std::int64_t o = 0;
+      for (const auto& m : L->out_moves[std::size_t(p)]) {
+        copy_rows_out(q, m.q_row, m.rows, base + o);
+        o += m.rows * wq;
+      }
+      for (const auto& b : L->out_blocks[std::size_t(p)]) {
+        copy_rows_out(k, b.key_begin, b.keys, base + o);
+        o += b.keys * wk;
+      }
+      for (const auto& b : L->out_blocks[std::size_t(p)]) {
+        copy_rows_out(v, b.key_begin, b.keys, base + o);
+        o += b.keys * wk;
+      }
+      off += sc[std::size_t(p)];
+    }
+  }
+  exchange(sc, rc, true);
+  // 2. The local rows, exported rows masked empty, while the exchange is in flight.
+  grow(B.lo, T, "ca_kv_lo");
+  grow(B.hi, T, "ca_kv_hi");
+  {
+    const IntVec lo = B.lo, hi = B.hi, ex = L->exported;
+    const View1<const std::int32_t> a = kv_lo, b = kv_hi;
+    Kokkos::parallel_for(
+        "wlb::model::ca_mask", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t i) {
+          lo(i) = ex(i) ? 1 : a(i);
+          hi(i) = ex(i) ? 0 : b(i);
+        });
+  }
+  const View1<const std::int32_t> mlo(B.lo.data(), T), mhi(B.hi.data(), T);
+  attention_forward<float>(q, k, v, mlo, mhi, scale, out, lse);
+  finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
+  // 3. Imported blocks, one call per source, O and LSE written into the return buffer: [O][LSE].
+  std::vector<int> rsc(static_cast<std::size_t>(R)), rrc(static_cast<std::size_t>(R));
+  for (int p = 0; p < R; ++p) {
+    rsc[std::size_t(p)] = to_count(L->in_q[std::size_t(p)] * (wq + hq_), "a return send");
+    rrc[std::size_t(p)] = to_count(L->out_q[std::size_t(p)] * (wq + hq_), "a return receive");
+  }
+  grow(B.ret_send, total(rsc), "ca_ret_send");
+  grow(B.ret_recv, total(rrc), "ca_ret_recv");
+  {
+    std::int64_t roff = 0, soff = 0;
+    for (int p = 0; p < R; ++p) {
+      const std::int64_t nq = L->in_q[std::size_t(p)], nk = L->in_k[std::size_t(p)];
+      if (nq > 0) {
+        float* in = B.recv.data() + roff;
+        float* ret = B.ret_send.data() + soff;
+        const View3<float> Qp(in, nq, hq_, hd_);
+        const View3<float> Kp(in + nq * wq, nk, hkv_, hd_), Vp(in + nq * wq + nk * wk, nk, hkv_, hd_);
+        const View3<float> Op(ret, nq, hq_, hd_);
+        const View2<float> Lp(ret + nq * wq, hq_, nq);
+        const std::int64_t i0 = L->in_off[std::size_t(p)];
+        const View1<const std::int32_t> lo(L->in_lo.data() + i0, nq), hi(L->in_hi.data() + i0, nq);
+        attention_forward<float>(Qp, Kp, Vp, lo, hi, scale, Op, Lp);
+      }
+      roff += rc[std::size_t(p)];
+      soff += rsc[std::size_t(p)];
+    }
+  }
+  stats_.rows_imported += L->rows_in;
+  stats_.rows_exported += L->rows_out;
+  exchange(rsc, rrc, false);
+  finish(B.req, B.staged, B.h_recv, B.ret_recv, B.pending_n, stats_.exposed_s);
+  // 4. This rank's exported rows: O and LSE from their computing ranks.
+  std::int64_t off = 0;
+  for (int p = 0; p < R; ++p) {
+    const std::int64_t nq = L->out_q[std::size_t(p)];
+    float* ret = B.ret_recv.data() + off;
+    std::int64_t col = 0;
+    for (const auto& m : L->out_moves[std::size_t(p)]) {
+      copy_rows_in(ret + col * wq, out, m.q_row, m.rows);
+      copy_lse(lse, m.q_row, m.rows, ret + nq * wq, nq, col, false);
+      col += m.rows;
+    }
+    off += rrc[std::size_t(p)];
+  }
+}
+
+void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q, const View3<float>& k,
+                                     const View3<float>& v, const View3<float>& out, const View3<float>& dout,
+                                     const View2<float>& lse, const View1<const std::int32_t>& kv_lo,
+                                     const View1<const std::int32_t>& kv_hi, float scale, const View3<float>& dq,
+                                     const View3<float>& dk, const View3<float>& dv) {
+  const CaLayout* L = bound_.get();
+  if (!L || !L->any) {
+    CoreAttention<float>::backward(layer, slot, q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv);
+    return;
+  }
+  const std::int64_t T = std::int64_t(q.extent(0));
+  if (T != L->tokens)
+    throw std::logic_error("CoreAttentionExchange::backward: " + std::to_string(T) +
+                           " query rows, the bound layout has " + std::to_string(L->tokens));
+  auto& B = *buf_;
+  const int R = L->ranks;
+  const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;
+  // 1. Pack per destination: [Q][K][V][O][dO][LSE].
+  auto fwd_floats = [&](std::int64_t nq, std::int64_t nk) { return nq * (3 * wq + hq_) + 2 * nk * wk; };
+  std::vector<int> sc(static_cast<std::size_t>(R)), rc(static_cast<std::size_t>(R));
+  for (int p = 0; p < R; ++p) {
+    sc[std::size_t(p)] = to_count(fwd_floats(L->out_q[std::size_t(p)], L->out_k[std::size_t(p)]), "a send");
+    rc[std::size_t(p)] = to_count(fwd_floats(L->in_q[std::size_t(p)], L->in_k[std::size_t(p)]), "a receive");
+  }
+  grow(B.send, total(sc), "ca_send");
+  grow(B.recv, total(rc), "ca_recv");
+  {
+    std::int64_t off = 0;
+    for (int p = 0; p < R; ++p) {
+      float* base = B.send.data() + off;
+      const std::int64_t nq = L->out_q[std::size_t(p)], nk = L->out_k[std::size_t(p)];
+      std::int64_t o = 0;
+      for (const auto& m : L->out_moves[std::size_t(p)]) {
+        copy_rows_out(q, m.q_row, m.rows, base + o);
+        copy_rows_out(out, m.q_row, m.rows, base + nq * wq + 2 * nk * wk + o);
+        copy_rows_out(dout, m.q_row, m.rows, base + 2 * nq * wq + 2 * nk * wk + o);
+        o += m.rows * wq;
+      }
+      std::int64_t col = 0;
+      for (const auto& m : L->out_moves[std::size_t(p)]) {
+        copy_lse(lse, m.q_row, m.rows, base + 3 * nq * wq + 2 * nk * wk, nq, col, true);
+        col += m.rows;
+      }
+      o = nq * wq;
+      for (const auto& b : L->out_blocks[std::size_t(p)]) {
+        copy_rows_out(k, b.key_begin, b.keys, base + o);
+        copy_rows_out(v, b.key_begin, b.keys, base + o + nk * wk);
+        o += b.keys * wk;
+      }
+      off += sc[std::size_t(p)];
+    }
+  }
+  exchange(sc, rc, true);
+  // 2. Local rows (exported ones masked: dq = 0 there, no dk/dv contribution).
+  grow(B.lo, T, "ca_kv_lo");
+  grow(B.hi, T, "ca_kv_hi");
+  {
+    const IntVec lo = B.lo, hi = B.hi, ex = L->exported;
+    const View1<const std::int32_t> a = kv_lo, b = kv_hi;
+    Kokkos::parallel_for(
+        "wlb::model::ca_mask", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t i) {
+          lo(i) = ex(i) ? 1 : a(i);
+          hi(i) = ex(i) ? 0 : b(i);
+        });
+  }
+  const View1<const std::int32_t> mlo(B.lo.data(), T), mhi(B.hi.data(), T);
+  attention_backward<float>(q, k, v, out, dout, lse, mlo, mhi, scale, dq, dk, dv);
+  finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
+  // 3. Imported blocks: dQ, dK, dV into the return buffer: [dQ][dK][dV].
+  std::vector<int> rsc(static_cast<std::size_t>(R)), rrc(static_cast<std::size_t>(R));
+  for (int p = 0; p < R; ++p) {
+    rsc[std::size_t(p)] = to_count(L->in_q[std::size_t(p)] * wq + 2 * L->in_k[std::size_t(p)] * wk, "a return send");
+    rrc[std::size_t(p)] =
+        to_count(L->out_q[std::size_t(p)] * wq + 2 * L->out_k[std::size_t(p)] * wk, "a return receive");
+  }
+  grow(B.ret_send, total(rsc), "ca_ret_send");
+  grow(B.ret_recv, total(rrc), "ca_ret_recv");
+  {
+    std::int64_t roff = 0, soff = 0;
+    for (int p = 0; p < R; ++p) {
+      const std::int64_t nq = L->in_q[std::size_t(p)], nk = L->in_k[std::size_t(p)];
+      if (nq > 0) {
+        float* in = B.recv.data() + roff;
+        float* ret = B.ret_send.data() + soff;
+        const View3<float> Qp(in, nq, hq_, hd_);
+        const View3<float> Kp(in + nq * wq, nk, hkv_, hd_), Vp(in + nq * wq + nk * wk, nk, hkv_, hd_);
+        const View3<float> Op(in + nq * wq + 2 * nk * wk, nq, hq_, hd_);
+        const View3<float> dOp(in + 2 * nq * wq + 2 * nk * wk, nq, hq_, hd_);
+        const View2<float> Lp(in + 3 * nq * wq + 2 * nk * wk, hq_, nq);
+        const View3<float> dQp(ret, nq, hq_, hd_);
+        const View3<float> dKp(ret + nq * wq, nk, hkv_, hd_), dVp(ret + nq * wq + nk * wk, nk, hkv_, hd_);
+        const std::int64_t i0 = L->in_off[std::size_t(p)];
+        const View1<const std::int32_t> lo(L->in_lo.data() + i0, nq), hi(L->in_hi.data() + i0, nq);
+        attention_backward<float>(Qp, Kp, Vp, Op, dOp, Lp, lo, hi, scale, dQp, dKp, dVp);
+      }
+      roff += rc[std::size_t(p)];
+      soff += rsc[std::size_t(p)];
+    }
+  }
+  stats_.rows_imported += L->rows_in;
+  stats_.rows_exported += L->rows_out;
+  exchange(rsc, rrc, false);
+  finish(B.req, B.staged, B.h_recv, B.ret_recv, B.pending_n, stats_.exposed_s);
+  // 4. dQ rows written; dK/dV of the sent key rows added (destination order).
+  std::int64_t off = 0;
+  for (int p = 0; p < R; ++p) {
+    const std::int64_t nq = L->out_q[std::size_t(p)], nk = L->out_k[std::size_t(p)];
+    const float* ret = B.ret_recv.data() + off;
+    std::int64_t o = 0;
+    for (const auto& m : L->out_moves[std::size_t(p)]) {
+      copy_rows_in(ret + o, dq, m.q_row, m.rows);
+      o += m.rows * wq;
+    }
+    o = nq * wq;
+    for (const auto& b : L->out_blocks[std::size_t(p)]) {
+      add_rows(dk, b.key_begin, b.keys, ret + o);
+      add_rows(dv, b.key_begin, b.keys, ret + o + nk * wk);
+      o += b.keys * wk;
+    }
+    off += rrc[std::size_t(p)];
+  }
+}
+
+}  // namespace wlb::model
