@@ -16,7 +16,8 @@ Reads the table io::TimingLog writes (lib/include/wlb4d/io/timing_log.hpp):
              mem_predicted, mem_measured (bytes: memory model, Kokkos high-water
              mark so far), dp_exposed, dp_in_flight, tp_exposed, tp_in_flight
              (seconds: overlappable communication waited / outstanding),
-             ca_cost_before, ca_cost_after, ca_imbalance, ca_bytes, ca_exposed
+             ca_cost_before, ca_cost_after, ca_imbalance_before, ca_imbalance,
+             ca_bytes, ca_exposed
              (balance.attention=disaggregated; format_version 5)
   /restarts  one row per start of the trainer: step, dp, pp, cp, tp, unix_time,
              cost_a, cost_b, cost_c, cost_calibrated (the balancing cost model)

@@ -111,12 +111,15 @@ AttentionAssignment assign_attention_tasks(const std::vector<AttentionTask>& tas
         best_ratio = ratio;
       }
     }
-    // Pass 2: none fits: the task that lowers max(load[src], load[dst]) most.
+    // Pass 2: none fits: the task that lowers max(load[src], load[dst]) most
+    // — by more than rounding (a task costing the whole gap would only swap
+    // the two ranks and move bytes for nothing).
     if (best == tasks.size()) {
+      const double min_gain = 1e-6 * load[src];
       for (std::size_t i : home_tasks[src]) {
         if (moved[i] || tasks[i].cost <= 0 || tasks[i].cost >= gap) continue;
         const double m = std::max(load[src] - tasks[i].cost, load[dst] + tasks[i].cost);
-        if (m < best_max) {
+        if (m < best_max && load[src] - m > min_gain) {
           best = i;
           best_max = m;
         }

@@ -92,7 +92,8 @@ const std::vector<Field>& step_fields() {
                     WLB_FIELD(R, elapsed), WLB_FIELD(R, tokens_seen), WLB_FIELD(R, rss_mib), WLB_FIELD(R, mfu),
                     WLB_FIELD(R, mem_predicted), WLB_FIELD(R, mem_measured), WLB_FIELD(R, dp_exposed),
                     WLB_FIELD(R, dp_in_flight), WLB_FIELD(R, tp_exposed), WLB_FIELD(R, tp_in_flight),
-                    WLB_FIELD(R, ca_cost_before), WLB_FIELD(R, ca_cost_after), WLB_FIELD(R, ca_imbalance),
+                    WLB_FIELD(R, ca_cost_before), WLB_FIELD(R, ca_cost_after), WLB_FIELD(R, ca_imbalance_before),
+                    WLB_FIELD(R, ca_imbalance),
                     WLB_FIELD(R, ca_bytes), WLB_FIELD(R, ca_exposed)})
       f.push_back(x);
     return f;

@@ -128,12 +128,8 @@ void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>
                      const StepLineContext& ctx) {
   double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0;
   double dpx = 0, dpf = 0, tpx = 0, tpf = 0;  // communication exposed / in flight, max over ranks
-  double cab_max = 0, cab_sum = 0, caa_max = 0, caa_sum = 0, cax = 0, cabytes = 0;  // core attention
+  double cax = 0, cabytes = 0;  // core attention: exposed wait (max over ranks), bytes moved
   for (const auto& r : all) {
-    cab_max = std::max(cab_max, r.ca_cost_before);
-    cab_sum += r.ca_cost_before;
-    caa_max = std::max(caa_max, r.ca_cost_after);
-    caa_sum += r.ca_cost_after;
     cax = std::max(cax, r.ca_exposed);
     cabytes += r.ca_bytes / 2;  // each byte is counted by its sender and its receiver
     dpx = std::max(dpx, r.dp_exposed);
@@ -158,11 +154,15 @@ void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>
   const std::string mfu =
       ctx.peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
   // Disaggregated attention: the plan's max/mean attention cost over ranks before -> after, traffic, wait.
-  const std::string ca =
-      cab_sum > 0 ? fmt::format(" | core attn {:.2f}->{:.2f}, {:.1f} MiB, exposed {:.1f} ms",
-                                cab_max / (cab_sum / double(all.size())), caa_max / (caa_sum / double(all.size())),
-                                cabytes / 1048576.0, cax * 1e3)
-                  : std::string();
+  // Group imbalance of the plan (Σ over micro-batches of max / mean; the worst group over stages).
+  double cai_b = 0, cai_a = 0;
+  for (const auto& r : all) {
+    cai_b = std::max(cai_b, r.ca_imbalance_before);
+    cai_a = std::max(cai_a, r.ca_imbalance);
+  }
+  const std::string ca = cai_b > 0 ? fmt::format(" | core attn {:.2f}->{:.2f}, {:.1f} MiB, exposed {:.1f} ms", cai_b,
+                                                 cai_a, cabytes / 1048576.0, cax * 1e3)
+                                   : std::string();
   const std::string extra = (eval > 0 ? fmt::format(" | eval {:.0f} ms", eval * 1e3) : std::string()) +
                             (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string());
   spdlog::info(
@@ -690,6 +690,7 @@ StepResult Trainer::step() {
     const auto x = I.exec->take_attention_exchange_stats();
     rec.ca_cost_before = ca.cost_before;
     rec.ca_cost_after = ca.cost_after;
+    rec.ca_imbalance_before = ca.imbalance_before();
     rec.ca_imbalance = ca.imbalance_after();
     rec.ca_bytes = x.bytes_sent + x.bytes_received;
     rec.ca_exposed = x.exposed_s;

@@ -24,7 +24,7 @@
 /// memory columns (mem_predicted, mem_measured); version 4 the communication
 /// overlap columns (dp_exposed, dp_in_flight, tp_exposed, tp_in_flight);
 /// version 5 the core-attention columns (ca_cost_before, ca_cost_after,
-/// ca_imbalance, ca_bytes, ca_exposed). A file
+/// ca_imbalance_before, ca_imbalance, ca_bytes, ca_exposed). A file
 /// of another version is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
@@ -105,9 +105,9 @@ struct TimingRecord {
   /// when local): this rank's planned attention cost with every task at home
   /// and after the assignment (cost-model seconds per layer, Σ over the
   /// step's micro-batches), the group's imbalance (Σ slots max / Σ slots
-  /// mean) after it, the bytes this rank sent + received in the exchanges and
-  /// the wall seconds it waited for them (exposed).
-  double ca_cost_before = 0, ca_cost_after = 0, ca_imbalance = 0;
+  /// mean) before and after it, the bytes this rank sent + received in the
+  /// exchanges and the wall seconds it waited for them (exposed).
+  double ca_cost_before = 0, ca_cost_after = 0, ca_imbalance_before = 0, ca_imbalance = 0;
   double ca_bytes = 0, ca_exposed = 0;
 };
 
