@@ -79,6 +79,23 @@ void add_rows(const View3<float>& dst, std::int64_t r0, std::int64_t n, const fl
       "wlb::model::ca_add_rows", Kokkos::RangePolicy<ExecSpace>(0, n * w),
       KOKKOS_LAMBDA(const std::int64_t i) { d[i] += src[i]; });
 }
+/// Rows [a, b) of a [N][H][D] View (contiguous: LayoutRight).
+View3<float> rows_of(const View3<float>& x, std::int64_t a, std::int64_t b) {
+  const std::int64_t w = std::int64_t(x.extent(1) * x.extent(2));
+  return View3<float>(x.data() + a * w, b - a, x.extent(1), x.extent(2));
+}
+/// Columns [a, b) of lse [H][T] <-> a contiguous [H][b-a] View at `tmp`.
+View2<float> lse_cols(const View2<float>& lse, std::int64_t a, std::int64_t b, float* tmp, bool from_lse) {
+  const View2<float> t(tmp, lse.extent(0), b - a);
+  if (b > a) {
+    auto c = Kokkos::subview(lse, Kokkos::ALL, Range(a, b));
+    if (from_lse)
+      Kokkos::deep_copy(t, c);
+    else
+      Kokkos::deep_copy(c, t);
+  }
+  return t;
+}
 }  // namespace
 
 struct CaLayout {
@@ -99,10 +116,12 @@ struct CaLayout {
   IntVec in_lo, in_hi;                          // imported queries' key ranges (indices into the source's K section)
   IntVec exported;                              // [T]: 1 for a row computed elsewhere
   std::int64_t rows_out = 0, rows_in = 0;
+  std::int64_t split = 0;                       // ping-pong: local rows [0, split) hide the send, the rest the return
 };
 
 struct CoreAttentionExchange::Buffers {
   View1<float> send, recv, ret_send, ret_recv;
+  View1<float> lse_tmp, dk_tmp, dv_tmp;  // ping-pong halves: contiguous lse, the second half's dK/dV
   HostView1<float> h_send, h_recv;
   IntVec lo, hi;  // kv_lo / kv_hi with the exported rows emptied
   comm::Request req;
@@ -205,6 +224,18 @@ void CoreAttentionExchange::prepare(const std::vector<CaMove>& moves, std::int64
     }
   }
   L->in_off[std::size_t(R)] = std::int64_t(lo.size());
+  // Ping-pong (DistCA §3): the first half of the rows staying home runs while
+  // the blocks go out, the second while the results come back.
+  std::int64_t home_rows = 0;
+  for (auto e : exported) home_rows += e == 0;
+  L->split = tokens;
+  for (std::int64_t i = 0, seen = 0; i < tokens; ++i) {
+    seen += exported[std::size_t(i)] == 0;
+    if (2 * seen >= home_rows) {
+      L->split = std::max<std::int64_t>(1, i + 1);
+      break;
+    }
+  }
   upload_ints(L->in_lo, lo, "ca_in_lo");
   upload_ints(L->in_hi, hi, "ca_in_hi");
   upload_ints(L->exported, exported, "ca_exported");
@@ -301,8 +332,13 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
           hi(i) = ex(i) ? 0 : b(i);
         });
   }
-  const View1<const std::int32_t> mlo(B.lo.data(), T), mhi(B.hi.data(), T);
-  attention_forward<float>(q, k, v, mlo, mhi, scale, out, lse);
+  // Ping-pong: local rows [0, h) now, [h, T) while the results come back;
+  // each half's lse into a contiguous buffer, copied into lse after.
+  const std::int64_t h = L->split;
+  grow(B.lse_tmp, hq_ * T, "ca_lse_tmp");
+  const View2<float> lse_a(B.lse_tmp.data(), hq_, h), lse_b(B.lse_tmp.data() + hq_ * h, hq_, T - h);
+  attention_forward<float>(rows_of(q, 0, h), k, v, View1<const std::int32_t>(B.lo.data(), h),
+                           View1<const std::int32_t>(B.hi.data(), h), scale, rows_of(out, 0, h), lse_a);
   finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
   // 3. Imported blocks, one call per source, O and LSE written into the return buffer: [O][LSE].
   std::vector<int> rsc(static_cast<std::size_t>(R)), rrc(static_cast<std::size_t>(R));
@@ -334,6 +370,11 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
   stats_.rows_imported += L->rows_in;
   stats_.rows_exported += L->rows_out;
   exchange(rsc, rrc, false);
+  if (T > h)
+    attention_forward<float>(rows_of(q, h, T), k, v, View1<const std::int32_t>(B.lo.data() + h, T - h),
+                             View1<const std::int32_t>(B.hi.data() + h, T - h), scale, rows_of(out, h, T), lse_b);
+  lse_cols(lse, 0, h, lse_a.data(), false);
+  lse_cols(lse, h, T, lse_b.data(), false);
   finish(B.req, B.staged, B.h_recv, B.ret_recv, B.pending_n, stats_.exposed_s);
   // 4. This rank's exported rows: O and LSE from their computing ranks.
   std::int64_t off = 0;
@@ -415,8 +456,15 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
           hi(i) = ex(i) ? 0 : b(i);
         });
   }
-  const View1<const std::int32_t> mlo(B.lo.data(), T), mhi(B.hi.data(), T);
-  attention_backward<float>(q, k, v, out, dout, lse, mlo, mhi, scale, dq, dk, dv);
+  // Ping-pong as in forward: rows [0, h) write dk/dv, rows [h, T) (while the
+  // results come back) into buffers added after.
+  const std::int64_t h = L->split, S = std::int64_t(k.extent(0));
+  grow(B.lse_tmp, hq_ * T, "ca_lse_tmp");
+  const View2<float> lse_a = lse_cols(lse, 0, h, B.lse_tmp.data(), true);
+  const View2<float> lse_b = lse_cols(lse, h, T, B.lse_tmp.data() + hq_ * h, true);
+  attention_backward<float>(rows_of(q, 0, h), k, v, rows_of(out, 0, h), rows_of(dout, 0, h), lse_a,
+                            View1<const std::int32_t>(B.lo.data(), h), View1<const std::int32_t>(B.hi.data(), h),
+                            scale, rows_of(dq, 0, h), dk, dv);
   finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
   // 3. Imported blocks: dQ, dK, dV into the return buffer: [dQ][dK][dV].
   std::vector<int> rsc(static_cast<std::size_t>(R)), rrc(static_cast<std::size_t>(R));
@@ -452,6 +500,17 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
   stats_.rows_imported += L->rows_in;
   stats_.rows_exported += L->rows_out;
   exchange(rsc, rrc, false);
+  if (T > h) {
+    grow(B.dk_tmp, S * wk, "ca_dk_tmp");
+    grow(B.dv_tmp, S * wk, "ca_dv_tmp");
+    const View3<float> dk_b(B.dk_tmp.data(), S, hkv_, hd_), dv_b(B.dv_tmp.data(), S, hkv_, hd_);
+    attention_backward<float>(rows_of(q, h, T), k, v, rows_of(out, h, T), rows_of(dout, h, T), lse_b,
+                              View1<const std::int32_t>(B.lo.data() + h, T - h),
+                              View1<const std::int32_t>(B.hi.data() + h, T - h), scale, rows_of(dq, h, T), dk_b,
+                              dv_b);
+    add_rows(dk, 0, S, dk_b.data());
+    add_rows(dv, 0, S, dv_b.data());
+  }
   finish(B.req, B.staged, B.h_recv, B.ret_recv, B.pending_n, stats_.exposed_s);
   // 4. dQ rows written; dK/dV of the sent key rows added (destination order).
   std::int64_t off = 0;

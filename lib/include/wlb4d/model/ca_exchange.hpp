@@ -10,12 +10,13 @@
 /// TP rank) and brings some of theirs here. Per layer:
 ///
 ///   forward:  pack Q rows + the span's K/V rows of each exported block →
-///             ialltoallv → the local (unmoved) rows run attention_forward
-///             with exported rows masked empty, hiding the exchange → the
-///             imported blocks run attention_forward from the receive buffer
-///             (one call per source rank) → O and LSE back (ialltoallv) →
-///             written into this rank's out/lse rows.
-///   backward: the same with Q, K, V, O, dO, LSE out and dQ, dK, dV back;
+///             ialltoallv → the first half of the local rows runs
+///             attention_forward (exported rows masked empty), hiding the
+///             send → the imported blocks run attention_forward from the
+///             receive buffer (one call per source rank) → O and LSE back
+///             (ialltoallv), hidden behind the second half of the local rows
+///             (DistCA's ping-pong) → written into this rank's out/lse rows.
+///   backward: the same (two halves) with Q, K, V, O, dO, LSE out and dQ, dK, dV back;
 ///             dQ rows are written, dK/dV rows are added to this rank's
 ///             (gathered) dk/dv, in source-rank order (deterministic).
 ///
