@@ -169,6 +169,9 @@ std::vector<SlotAttention> disaggregate_step(const StepPlan& plan, int cp, const
     const auto a = assign_attention_tasks(tasks, static_cast<int>(pieces.size()), replica_of, traffic, tolerance);
     s.cost_before = a.cost_before;
     s.cost_after = a.cost_after;
+    s.cost_home.assign(pieces.size(), 0.0);
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      if (a.owner[i] == tasks[i].home) s.cost_home[static_cast<std::size_t>(tasks[i].home)] += tasks[i].cost;
     s.bytes_in = a.bytes_in;
     s.moved = a.moved;
     out.push_back(std::move(s));

@@ -89,7 +89,8 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
                          const core::Config& cfg, const CostModel& cost, const std::vector<int>& layers,
                          const StepModel& sm, CommTotals& totals,
                          const std::vector<std::vector<double>>* attn_override = nullptr,
-                         const std::vector<double>* ca_exchange = nullptr) {
+                         const std::vector<double>* ca_exchange = nullptr,
+                         const std::vector<std::vector<double>>* ca_home = nullptr) {
   const auto& par = cfg.parallel;
   const auto& m = cfg.model;
   const double kv_local = std::max(1, m.kv_heads / par.tp);
@@ -108,10 +109,14 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
       const double lin = cost.c + cost.a * static_cast<double>(tok[static_cast<std::size_t>(c)].size());
       head = std::max(head, cost.a * head_ratio * static_cast<double>(tok[static_cast<std::size_t>(c)].size()));
       const double at = attn[static_cast<std::size_t>(c)];
-      f = std::max(f, lin / 3.0 + at / 3.5);
+      // Disaggregated: half the exchange goes each pass; ping-pong hides it
+      // behind the attention of the rank's own kept tasks (ca_exchange.hpp).
+      const double kept = ca_home ? (*ca_home)[i][static_cast<std::size_t>(c)] : 0.0;
+      const double xf = std::max(0.0, cax / 2 - kept / 3.5), xb = std::max(0.0, cax / 2 - kept * 2.5 / 3.5);
+      f = std::max(f, lin / 3.0 + at / 3.5 + xf);
       // B: the input-gradient GEMMs (= forward GEMMs) and the attention
       // backward; W: the weight-gradient GEMMs (= forward GEMMs).
-      b = std::max(b, lin / 3.0 + at * 2.5 / 3.5);
+      b = std::max(b, lin / 3.0 + at * 2.5 / 3.5 + xb);
       w = std::max(w, lin / 3.0);
     }
     const double T = static_cast<double>(mb.tokens());
@@ -122,8 +127,8 @@ StageTimes replica_times(const std::vector<MicroBatch>& mbs, const std::vector<S
     const double ar = (sm.tp_comm && par.tp > 1)
                           ? 2.0 * 2.0 * (par.tp - 1) * (sm.tp.alpha_s + sm.tp.beta_s_per_byte * act_bytes / par.tp)
                           : 0.0;
-    const double fwd = f + ag + ar + cax / 2;
-    const double bwd = b + ag + ar + cax / 2 + (full ? fwd : 0.0);
+    const double fwd = f + ag + ar;
+    const double bwd = b + ag + ar + (full ? fwd : 0.0);
     t.forward.emplace_back(K);
     t.backward.emplace_back(K);
     t.weight.emplace_back(K);
@@ -166,15 +171,18 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
   // assigned attention cost, and per micro-batch the exchange seconds per layer.
   std::vector<std::vector<std::vector<double>>> ca_attn;
   std::vector<std::vector<double>> ca_x;
+  std::vector<std::vector<std::vector<double>>> ca_home;
   if (sm.disaggregated_attention) {
     const double hq = double(m.heads) / par.tp, kv = std::max(1, m.kv_heads / par.tp), D = m.head_dim();
     const balance::AttentionTraffic traffic{4.0 * hq * D * 2.0 + hq * 4.0, 4.0 * kv * D * 2.0};
     const auto slots = balance::disaggregate_step(plan, par.cp, cost, traffic, sm.ca_task_tokens, sm.ca_tolerance);
     ca_attn.resize(plan.micro_batches.size());
     ca_x.resize(plan.micro_batches.size());
+    ca_home.resize(plan.micro_batches.size());
     for (std::size_t d = 0; d < plan.micro_batches.size(); ++d) {
       ca_attn[d].resize(plan.micro_batches[d].size());
       ca_x[d].resize(plan.micro_batches[d].size());
+      ca_home[d].resize(plan.micro_batches[d].size());
     }
     double before = 0, after = 0;
     for (std::size_t j = 0; j < slots.size(); ++j) {
@@ -185,6 +193,7 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
         const auto d = static_cast<std::size_t>(sl.replicas[k]);
         ca_attn[d][j].assign(sl.cost_after.begin() + long(k) * par.cp, sl.cost_after.begin() + long(k + 1) * par.cp);
         ca_x[d][j] = x;
+        ca_home[d][j].assign(sl.cost_home.begin() + long(k) * par.cp, sl.cost_home.begin() + long(k + 1) * par.cp);
       }
       auto imb = [](const std::vector<double>& v) {
         double sum = 0, mx = 0;
@@ -206,7 +215,8 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
     CommTotals tot;
     const StageTimes t = replica_times(plan.micro_batches[r], plan.sharding[r], cfg, cost, layers, sm, tot,
                                        sm.disaggregated_attention ? &ca_attn[r] : nullptr,
-                                       sm.disaggregated_attention ? &ca_x[r] : nullptr);
+                                       sm.disaggregated_attention ? &ca_x[r] : nullptr,
+                                       sm.disaggregated_attention ? &ca_home[r] : nullptr);
     const auto res = simulate_schedule(planner_action_lists(par, n), par.pp, v, t, 0.0, P2PMode::Eager);
     if (res.makespan > out.seconds) {
       out.seconds = res.makespan;

@@ -98,6 +98,7 @@ struct SlotAttention {
   std::vector<int> replicas;        ///< replicas taking part (those with > j micro-batches)
   std::vector<double> cost_before;  ///< per group rank: attention seconds per layer, local
   std::vector<double> cost_after;   ///< per group rank: after the assignment
+  std::vector<double> cost_home;    ///< per group rank: cost of its own tasks it keeps (hides the exchange)
   std::vector<double> bytes_in;     ///< per group rank: bytes imported (forward + backward), per layer
   std::int64_t moved = 0;           ///< tasks computed away from home
 };

@@ -97,7 +97,9 @@ struct StepModel {
   /// (balance::disaggregate_step, ca_task_tokens, ca_tolerance), each rank's
   /// CP attention replaced by its assigned cost, and each layer pays the
   /// exchange α + β·(bytes of the rank that imports most), half forward,
-  /// half backward, not overlapped (DistCA's ping-pong would hide part of it).
+  /// half backward, less what DistCA's ping-pong hides: on each CP rank the
+  /// exposed part of a pass is max(0, half − the pass's attention time of
+  /// the rank's own kept tasks), as model/ca_exchange.hpp runs it.
   /// Bytes per row in bf16: a query row moves Q, O, dO, dQ (Hq/tp·head_dim
   /// each) and the log-sum-exp (4 B per head); a key row K, V, dK, dV
   /// (max(1, kv_heads/tp)·head_dim each). The link is the DP×CP group's.
