@@ -1032,6 +1032,11 @@ TEST(Np2Disaggregated, ContextParallel) {
   REQUIRE_WORLD(2);
   expect_equivalent(lay(1, 1, 2, 1), ca_deck({"balance.sharding=document"}), "long");
   EXPECT_GT(g_last_ca_bytes, 0) << "no query block was moved";
+  // Documents of 1-3 tokens in 7-token micro-batches: CP shards of 0 or 1 token.
+  expect_equivalent(lay(1, 1, 2, 1),
+                    {"balance.attention=disaggregated", "balance.ca_tolerance=0", "balance.sharding=sequence",
+                     "train.max_seq_len=7", "optim.lr=3e-3"},
+                    "tiny");
 }
 TEST(Np4Disaggregated, DpCp) {
   REQUIRE_WORLD(4);
