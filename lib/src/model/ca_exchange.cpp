@@ -99,17 +99,14 @@ View2<float> lse_cols(const View2<float>& lse, std::int64_t a, std::int64_t b, f
 }  // namespace
 
 struct CaLayout {
-  struct Out {
-    std::int64_t q_row = 0, rows = 0;
-  };
-  struct Block {
-    std::int64_t key_begin = 0, keys = 0;
+  struct Rows {  // rows [begin, begin + rows) of a [N][H][D] tensor
+    std::int64_t begin = 0, rows = 0;
   };
   int ranks = 0;
   std::int64_t tokens = 0;
   bool any = false;                             // the slot has moves (every rank joins the exchanges)
-  std::vector<std::vector<Out>> out_moves;      // [dest]: this rank's exported blocks, in move order
-  std::vector<std::vector<Block>> out_blocks;   // [dest]: K/V row ranges sent there
+  std::vector<std::vector<Rows>> out_moves;      // [dest]: this rank's exported blocks, in move order
+  std::vector<std::vector<Rows>> out_blocks;   // [dest]: K/V row ranges sent there
   std::vector<std::int64_t> out_q, out_k;       // [dest]: query rows / key rows sent
   std::vector<std::int64_t> in_q, in_k;         // [source]: query rows / key rows received
   std::vector<std::int64_t> in_off;             // [source]: first entry in in_lo/in_hi
@@ -118,6 +115,39 @@ struct CaLayout {
   std::int64_t rows_out = 0, rows_in = 0;
   std::int64_t split = 0;                       // ping-pong: local rows [0, split) hide the send, the rest the return
 };
+
+namespace {
+/// Floats per peer: nq[p]·per_q + nk[p]·per_k (MPI counts).
+std::vector<int> floats_per_peer(const std::vector<std::int64_t>& nq, const std::vector<std::int64_t>& nk,
+                                 std::int64_t per_q, std::int64_t per_k, const char* what) {
+  std::vector<int> c(nq.size());
+  for (std::size_t p = 0; p < nq.size(); ++p) c[p] = to_count(nq[p] * per_q + nk[p] * per_k, what);
+  return c;
+}
+/// Packs x's rows of each range (in order) at dst; returns the floats written.
+std::int64_t pack_rows(const std::vector<CaLayout::Rows>& ranges, const View3<float>& x, float* dst) {
+  const std::int64_t w = std::int64_t(x.extent(1) * x.extent(2));
+  std::int64_t o = 0;
+  for (const auto& r : ranges) {
+    copy_rows_out(x, r.begin, r.rows, dst + o);
+    o += r.rows * w;
+  }
+  return o;
+}
+/// lo/hi = kv_lo/kv_hi with the exported rows emptied (lo > hi), T rows.
+void mask_exported(IntVec& lo, IntVec& hi, const View1<const std::int32_t>& kv_lo,
+                   const View1<const std::int32_t>& kv_hi, const IntVec& exported, std::int64_t T) {
+  grow(lo, T, "ca_kv_lo");
+  grow(hi, T, "ca_kv_hi");
+  const IntVec l = lo, h = hi, ex = exported;
+  const View1<const std::int32_t> a = kv_lo, b = kv_hi;
+  Kokkos::parallel_for(
+      "wlb::model::ca_mask", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t i) {
+        l(i) = ex(i) ? 1 : a(i);
+        h(i) = ex(i) ? 0 : b(i);
+      });
+}
+}  // namespace
 
 struct CoreAttentionExchange::Buffers {
   View1<float> send, recv, ret_send, ret_recv;
@@ -292,46 +322,19 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
   const int R = L->ranks;
   const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;
   // 1. Pack Q rows and K/V blocks per destination: [Q][K][V].
-  std::vector<int> sc(static_cast<std::size_t>(R)), rc(static_cast<std::size_t>(R));
-  for (int p = 0; p < R; ++p) {
-    sc[std::size_t(p)] = to_count(L->out_q[std::size_t(p)] * wq + 2 * L->out_k[std::size_t(p)] * wk, "a send");
-    rc[std::size_t(p)] = to_count(L->in_q[std::size_t(p)] * wq + 2 * L->in_k[std::size_t(p)] * wk, "a receive");
-  }
+  const auto sc = floats_per_peer(L->out_q, L->out_k, wq, 2 * wk, "a send");
+  const auto rc = floats_per_peer(L->in_q, L->in_k, wq, 2 * wk, "a receive");
   grow(B.send, total(sc), "ca_send");
   grow(B.recv, total(rc), "ca_recv");
-  {
-    std::int64_t off = 0;
-    for (int p = 0; p < R; ++p) {
-      float* base = B.send.data() + off;
-      std::int64_t o = 0;
-      for (const auto& m : L->out_moves[std::size_t(p)]) {
-        copy_rows_out(q, m.q_row, m.rows, base + o);
-        o += m.rows * wq;
-      }
-      for (const auto& b : L->out_blocks[std::size_t(p)]) {
-        copy_rows_out(k, b.key_begin, b.keys, base + o);
-        o += b.keys * wk;
-      }
-      for (const auto& b : L->out_blocks[std::size_t(p)]) {
-        copy_rows_out(v, b.key_begin, b.keys, base + o);
-        o += b.keys * wk;
-      }
-      off += sc[std::size_t(p)];
-    }
+  for (std::int64_t p = 0, off = 0; p < R; off += sc[std::size_t(p)], ++p) {
+    float* base = B.send.data() + off;
+    base += pack_rows(L->out_moves[std::size_t(p)], q, base);
+    base += pack_rows(L->out_blocks[std::size_t(p)], k, base);
+    pack_rows(L->out_blocks[std::size_t(p)], v, base);
   }
   exchange(sc, rc, true);
   // 2. The local rows, exported rows masked empty, while the exchange is in flight.
-  grow(B.lo, T, "ca_kv_lo");
-  grow(B.hi, T, "ca_kv_hi");
-  {
-    const IntVec lo = B.lo, hi = B.hi, ex = L->exported;
-    const View1<const std::int32_t> a = kv_lo, b = kv_hi;
-    Kokkos::parallel_for(
-        "wlb::model::ca_mask", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t i) {
-          lo(i) = ex(i) ? 1 : a(i);
-          hi(i) = ex(i) ? 0 : b(i);
-        });
-  }
+  mask_exported(B.lo, B.hi, kv_lo, kv_hi, L->exported, T);
   // Ping-pong: local rows [0, h) now, [h, T) while the results come back;
   // each half's lse into a contiguous buffer, copied into lse after.
   const std::int64_t h = L->split;
@@ -341,11 +344,8 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
                            View1<const std::int32_t>(B.hi.data(), h), scale, rows_of(out, 0, h), lse_a);
   finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
   // 3. Imported blocks, one call per source, O and LSE written into the return buffer: [O][LSE].
-  std::vector<int> rsc(static_cast<std::size_t>(R)), rrc(static_cast<std::size_t>(R));
-  for (int p = 0; p < R; ++p) {
-    rsc[std::size_t(p)] = to_count(L->in_q[std::size_t(p)] * (wq + hq_), "a return send");
-    rrc[std::size_t(p)] = to_count(L->out_q[std::size_t(p)] * (wq + hq_), "a return receive");
-  }
+  const auto rsc = floats_per_peer(L->in_q, L->in_k, wq + hq_, 0, "a return send");
+  const auto rrc = floats_per_peer(L->out_q, L->out_k, wq + hq_, 0, "a return receive");
   grow(B.ret_send, total(rsc), "ca_ret_send");
   grow(B.ret_recv, total(rrc), "ca_ret_recv");
   {
@@ -383,8 +383,8 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
     float* ret = B.ret_recv.data() + off;
     std::int64_t col = 0;
     for (const auto& m : L->out_moves[std::size_t(p)]) {
-      copy_rows_in(ret + col * wq, out, m.q_row, m.rows);
-      copy_lse(lse, m.q_row, m.rows, ret + nq * wq, nq, col, false);
+      copy_rows_in(ret + col * wq, out, m.begin, m.rows);
+      copy_lse(lse, m.begin, m.rows, ret + nq * wq, nq, col, false);
       col += m.rows;
     }
     off += rrc[std::size_t(p)];
@@ -409,53 +409,27 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
   const int R = L->ranks;
   const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;
   // 1. Pack per destination: [Q][K][V][O][dO][LSE].
-  auto fwd_floats = [&](std::int64_t nq, std::int64_t nk) { return nq * (3 * wq + hq_) + 2 * nk * wk; };
-  std::vector<int> sc(static_cast<std::size_t>(R)), rc(static_cast<std::size_t>(R));
-  for (int p = 0; p < R; ++p) {
-    sc[std::size_t(p)] = to_count(fwd_floats(L->out_q[std::size_t(p)], L->out_k[std::size_t(p)]), "a send");
-    rc[std::size_t(p)] = to_count(fwd_floats(L->in_q[std::size_t(p)], L->in_k[std::size_t(p)]), "a receive");
-  }
+  const auto sc = floats_per_peer(L->out_q, L->out_k, 3 * wq + hq_, 2 * wk, "a send");
+  const auto rc = floats_per_peer(L->in_q, L->in_k, 3 * wq + hq_, 2 * wk, "a receive");
   grow(B.send, total(sc), "ca_send");
   grow(B.recv, total(rc), "ca_recv");
-  {
-    std::int64_t off = 0;
-    for (int p = 0; p < R; ++p) {
-      float* base = B.send.data() + off;
-      const std::int64_t nq = L->out_q[std::size_t(p)], nk = L->out_k[std::size_t(p)];
-      std::int64_t o = 0;
-      for (const auto& m : L->out_moves[std::size_t(p)]) {
-        copy_rows_out(q, m.q_row, m.rows, base + o);
-        copy_rows_out(out, m.q_row, m.rows, base + nq * wq + 2 * nk * wk + o);
-        copy_rows_out(dout, m.q_row, m.rows, base + 2 * nq * wq + 2 * nk * wk + o);
-        o += m.rows * wq;
-      }
-      std::int64_t col = 0;
-      for (const auto& m : L->out_moves[std::size_t(p)]) {
-        copy_lse(lse, m.q_row, m.rows, base + 3 * nq * wq + 2 * nk * wk, nq, col, true);
-        col += m.rows;
-      }
-      o = nq * wq;
-      for (const auto& b : L->out_blocks[std::size_t(p)]) {
-        copy_rows_out(k, b.key_begin, b.keys, base + o);
-        copy_rows_out(v, b.key_begin, b.keys, base + o + nk * wk);
-        o += b.keys * wk;
-      }
-      off += sc[std::size_t(p)];
+  for (std::int64_t p = 0, off = 0; p < R; off += sc[std::size_t(p)], ++p) {
+    const auto& mv = L->out_moves[std::size_t(p)];
+    float* base = B.send.data() + off;
+    base += pack_rows(mv, q, base);
+    base += pack_rows(L->out_blocks[std::size_t(p)], k, base);
+    base += pack_rows(L->out_blocks[std::size_t(p)], v, base);
+    base += pack_rows(mv, out, base);
+    base += pack_rows(mv, dout, base);
+    std::int64_t col = 0;
+    for (const auto& m : mv) {
+      copy_lse(lse, m.begin, m.rows, base, L->out_q[std::size_t(p)], col, true);
+      col += m.rows;
     }
   }
   exchange(sc, rc, true);
   // 2. Local rows (exported ones masked: dq = 0 there, no dk/dv contribution).
-  grow(B.lo, T, "ca_kv_lo");
-  grow(B.hi, T, "ca_kv_hi");
-  {
-    const IntVec lo = B.lo, hi = B.hi, ex = L->exported;
-    const View1<const std::int32_t> a = kv_lo, b = kv_hi;
-    Kokkos::parallel_for(
-        "wlb::model::ca_mask", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t i) {
-          lo(i) = ex(i) ? 1 : a(i);
-          hi(i) = ex(i) ? 0 : b(i);
-        });
-  }
+  mask_exported(B.lo, B.hi, kv_lo, kv_hi, L->exported, T);
   // Ping-pong as in forward: rows [0, h) write dk/dv, rows [h, T) (while the
   // results come back) into buffers added after.
   const std::int64_t h = L->split, S = std::int64_t(k.extent(0));
@@ -467,12 +441,8 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
                             scale, rows_of(dq, 0, h), dk, dv);
   finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
   // 3. Imported blocks: dQ, dK, dV into the return buffer: [dQ][dK][dV].
-  std::vector<int> rsc(static_cast<std::size_t>(R)), rrc(static_cast<std::size_t>(R));
-  for (int p = 0; p < R; ++p) {
-    rsc[std::size_t(p)] = to_count(L->in_q[std::size_t(p)] * wq + 2 * L->in_k[std::size_t(p)] * wk, "a return send");
-    rrc[std::size_t(p)] =
-        to_count(L->out_q[std::size_t(p)] * wq + 2 * L->out_k[std::size_t(p)] * wk, "a return receive");
-  }
+  const auto rsc = floats_per_peer(L->in_q, L->in_k, wq, 2 * wk, "a return send");
+  const auto rrc = floats_per_peer(L->out_q, L->out_k, wq, 2 * wk, "a return receive");
   grow(B.ret_send, total(rsc), "ca_ret_send");
   grow(B.ret_recv, total(rrc), "ca_ret_recv");
   {
@@ -519,14 +489,14 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
     const float* ret = B.ret_recv.data() + off;
     std::int64_t o = 0;
     for (const auto& m : L->out_moves[std::size_t(p)]) {
-      copy_rows_in(ret + o, dq, m.q_row, m.rows);
+      copy_rows_in(ret + o, dq, m.begin, m.rows);
       o += m.rows * wq;
     }
     o = nq * wq;
     for (const auto& b : L->out_blocks[std::size_t(p)]) {
-      add_rows(dk, b.key_begin, b.keys, ret + o);
-      add_rows(dv, b.key_begin, b.keys, ret + o + nk * wk);
-      o += b.keys * wk;
+      add_rows(dk, b.begin, b.rows, ret + o);
+      add_rows(dv, b.begin, b.rows, ret + o + nk * wk);
+      o += b.rows * wk;
     }
     off += rrc[std::size_t(p)];
   }
