@@ -1043,6 +1043,12 @@ TEST(Np4Disaggregated, DpCp) {
   expect_equivalent(lay(2, 1, 2, 1), ca_deck({"balance.sharding=adaptive"}), "long");
   EXPECT_GT(g_last_ca_bytes, 0) << "no query block was moved";
 }
+TEST(Np4Disaggregated, DpTp) {
+  REQUIRE_WORLD(4);
+  // Each TP rank exchanges its own heads (2 of 4 query heads, 1 of 2 KV heads).
+  expect_equivalent(lay(2, 1, 1, 2), ca_deck(), "long");
+  EXPECT_GT(g_last_ca_bytes, 0) << "no query block was moved";
+}
 TEST(Np4Disaggregated, DpPp) {
   REQUIRE_WORLD(4);
   expect_equivalent(lay(2, 2, 1, 1), ca_deck({"balance.packer=wlb", "balance.max_tokens=160"}), "long");
