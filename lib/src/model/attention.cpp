@@ -20,6 +20,7 @@
 
 #include "wlb4d/model/attention.hpp"
 
+#include "wlb4d/core/blas_info.hpp"
 #include "wlb4d/core/kokkos_compat.hpp"
 
 #include "vexp.hpp"
@@ -30,9 +31,11 @@
 #endif
 
 // Host path (forward_host / backward_host below): the tile products go to the
-// BLAS when the default execution space is a host space and KokkosKernels has
-// the BLAS TPL. WLB4D_ATTENTION_PORTABLE forces the portable team kernel (the
-// one CUDA runs), so the host tests cover both paths.
+// BLAS when the default execution space is a host space, KokkosKernels has
+// the BLAS TPL and the BLAS kernel is not below the instruction set of the
+// portable kernel (host_blas_tiles()). WLB4D_ATTENTION_PORTABLE compiles the
+// portable team kernel only (the one CUDA runs) and WLB4D_ATTENTION_FORCE_BLAS
+// the BLAS path whatever the kernel, so the host tests cover both paths.
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS) && !defined(WLB4D_ATTENTION_PORTABLE) && \
     !defined(KOKKOS_ENABLE_CUDA) && !defined(KOKKOS_ENABLE_HIP) && !defined(KOKKOS_ENABLE_SYCL) && \
     !defined(KOKKOS_ENABLE_OPENMPTARGET)
@@ -507,6 +510,33 @@ inline int scratch_level(std::size_t bytes) {
 }
 
 #ifdef WLB4D_ATTN_HOST_BLAS
+/// Whether the host path hands the tile products to the BLAS. Measured
+/// (bench/attention_bench, 1 x 1024 tokens, D = 64, 4 heads, one core, CPU
+/// time): the portable kernel (AVX2 register blocks) 52 ms whatever the BLAS;
+/// BLAS tiles 82 ms with OpenBLAS's generic SSE3 kernel (Prescott, the one
+/// Debian 12's OpenBLAS falls back to on CPUs newer than itself) and 24 ms
+/// with its SkylakeX kernel. So the BLAS is used unless OpenBLAS reports a
+/// kernel whose SIMD level is below the portable kernel's; decided once per
+/// process (the same environment always takes the same path).
+inline bool host_blas_tiles() {
+#ifdef WLB4D_ATTENTION_FORCE_BLAS
+  return true;
+#else
+#if defined(__AVX2__)
+  constexpr core::SimdLevel portable = core::SimdLevel::Avx2;
+#elif defined(__AVX__)
+  constexpr core::SimdLevel portable = core::SimdLevel::Avx;
+#else
+  constexpr core::SimdLevel portable = core::SimdLevel::Sse;
+#endif
+  static const bool use = [] {
+    const core::BlasInfo b = core::probe_blas();
+    return !b.openblas || b.kernel == core::SimdLevel::Unknown || b.kernel >= portable;
+  }();
+  return use;
+#endif
+}
+
 template <class Scalar>
 void forward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v,
                   View1<const std::int32_t> kv_lo, View1<const std::int32_t> kv_hi, Scalar scale,
@@ -530,7 +560,7 @@ void forward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v
     throw std::invalid_argument("attention_forward: lse must be [Hq][T]");
   if (dm.T == 0 || dm.Hq == 0) return;
 #ifdef WLB4D_ATTN_HOST_BLAS
-  return forward_host<Scalar>(q, k, v, kv_lo, kv_hi, scale, out, lse, dm);
+  if (host_blas_tiles()) return forward_host<Scalar>(q, k, v, kv_lo, kv_hi, scale, out, lse, dm);
 #endif
 
   constexpr int CB = BlockCols<Scalar>::value;
@@ -652,7 +682,8 @@ void backward(View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> 
   if (lse.extent(0) != q.extent(1) || lse.extent(1) != q.extent(0))
     throw std::invalid_argument("attention_backward: lse must be [Hq][T]");
 #ifdef WLB4D_ATTN_HOST_BLAS
-  return backward_host<Scalar>(q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv, dm);
+  if (host_blas_tiles())
+    return backward_host<Scalar>(q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv, dm);
 #endif
 
   constexpr int CB = BlockCols<Scalar>::value;
@@ -1182,7 +1213,9 @@ AttentionTiles attention_tiles(int head_dim) {
   r.dq_bytes = attn_impl::dq_scratch_bytes<Scalar>(Dp);
   r.level0_max_bytes = static_cast<std::size_t>(attn_impl::Policy::scratch_size_max(0));
 #ifdef WLB4D_ATTN_HOST_BLAS
-  // Host path: one backward kernel (dK/dV and dQ together); dq_bytes reports it too.
+  if (!attn_impl::host_blas_tiles()) return r;
+  // Host BLAS path: one backward kernel (dK/dV and dQ together), reported as
+  // both; its D_i row buffer (T·Hq/Hkv values) comes on top.
   r.queries = attn_impl::host_block_queries(head_dim);
   r.keys = attn_impl::host_block_keys(head_dim);
   r.forward_bytes = attn_impl::forward_host_bytes<Scalar>(head_dim);
