@@ -944,12 +944,14 @@ std::size_t backward_host_bytes(int D, int T, int group) {
 }
 
 /// The rows of a query block that see a key of [j0, j0+nk) and the hull of
-/// those keys (relative to j0): rb..re, cb..ce; re < 0 if none.
+/// those keys (relative to j0): rb..re, cb..ce; re < 0 if none. pairs: the
+/// allowed (row, key) pairs inside.
 struct BlockHull {
   int rb, re, cb, ce;
+  long pairs;
 };
 inline BlockHull block_hull(const int* lo, const int* hi, int nq, int j0, int nk) {
-  BlockHull b{nq, -1, nk, -1};
+  BlockHull b{nq, -1, nk, -1, 0};
   for (int r = 0; r < nq; ++r) {
     const int jb = lo[r] - j0 > 0 ? lo[r] - j0 : 0;
     const int je = hi[r] - j0 < nk - 1 ? hi[r] - j0 : nk - 1;
@@ -958,14 +960,50 @@ inline BlockHull block_hull(const int* lo, const int* hi, int nq, int j0, int nk
     b.re = r;
     b.cb = jb < b.cb ? jb : b.cb;
     b.ce = je > b.ce ? je : b.ce;
+    b.pairs += je - jb + 1;
   }
   return b;
 }
 
+/// Row bands of a (query block, key block) pair. A pair whose hull is mostly
+/// masked (a diagonal block of a causal document is half masked, a block of
+/// short documents is block-diagonal) is computed in bands of kBandRows rows,
+/// each over its own key hull, so the cost stays near the allowed pairs (Σ d²);
+/// a dense pair is one product (larger GEMMs run faster). Measured on 16 × 64
+/// tokens (D = 64, SkylakeX): see the commit that added it.
+constexpr int kBandRows = 16;
+inline int band_rows(const BlockHull& b) {
+  const long area = long(b.re - b.rb + 1) * (b.ce - b.cb + 1);
+  return 4 * b.pairs < 3 * area ? kBandRows : b.re - b.rb + 1;
+}
+/// The hull of rows [r0, r0+n) ∩ [blk.rb, blk.re] (row indices of the block).
+inline BlockHull band_hull(const BlockHull& blk, const int* lo, const int* hi, int r0, int n,
+                           int j0, int nk) {
+  if (r0 == blk.rb && n >= blk.re - blk.rb + 1) return blk;
+  const int m = r0 + n - 1 < blk.re ? n : blk.re - r0 + 1;
+  BlockHull b = block_hull(lo + r0, hi + r0, m, j0, nk);
+  b.rb += r0;
+  b.re += r0;
+  return b;
+}
+
 /// dst[d * ld + r] = x(r0 + r, h, d) for r < n: a block of x transposed.
+/// Eight rows at a time, so that the stores down a column of dst become
+/// one contiguous 8-wide store per d (a scalar scatter down the columns was a
+/// quarter of the backward on 64-token documents).
 template <class Scalar>
 void transpose_rows(const View3<const Scalar>& x, int r0, int n, int h, int D, Scalar* dst, int ld) {
-  for (int r = 0; r < n; ++r) {
+  constexpr int W = 8;
+  int r = 0;
+  for (; r + W <= n; r += W) {
+    const Scalar* src[W];
+    for (int i = 0; i < W; ++i) src[i] = &x(r0 + r + i, h, 0);
+    for (int d = 0; d < D; ++d) {
+      Scalar* KOKKOS_RESTRICT o = dst + d * ld + r;
+      for (int i = 0; i < W; ++i) o[i] = src[i][d];
+    }
+  }
+  for (; r < n; ++r) {
     const Scalar* KOKKOS_RESTRICT src = &x(r0 + r, h, 0);
     for (int d = 0; d < D; ++d) dst[d * ld + r] = src[d];
   }
@@ -1012,44 +1050,49 @@ void forward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Scal
         key_span(lo.data(), hi.data(), nq, jmin, jmax);
         for (int j0 = (jmin > jmax ? S : jmin / BK * BK); j0 <= jmax; j0 += BK) {
           const int nk = S - j0 < BK ? S - j0 : BK;
-          const BlockHull b = block_hull(lo.data(), hi.data(), nq, j0, nk);
-          if (b.re < 0) continue;  // no row sees this key block (document boundary)
-          const int nr = b.re - b.rb + 1, nc = b.ce - b.cb + 1;
-          Scalar* s0 = Sb.data() + b.rb * BK + b.cb;
-          // S = scale·Q·Kᵀ (FA-2 Alg. 1 line 8) as (Qᵀ)ᵀ·Kᵀ.
-          rm_gemm<Scalar>(true, true, nr, nc, D, scale, Qt.data() + b.rb, BQ, &k(j0 + b.cb, hk, 0),
-                          ldk, Scalar(0), s0, BK);
-          // Online softmax (lines 9-10) on each row's allowed keys; the rest
-          // of the hull is zeroed so that P·V adds nothing for them.
-          for (int r = b.rb; r <= b.re; ++r) {
-            Scalar* s = Sb.data() + r * BK;
-            const int jb = wlb::kmath::max(lo(r) - j0, 0);
-            const int je = wlb::kmath::min(hi(r) - j0, nk - 1);
-            if (jb > je) {
-              for (int j = b.cb; j <= b.ce; ++j) s[j] = Scalar(0);
-              continue;
-            }
-            const Scalar m_old = mb(r);
-            const Scalar m_new = lane_max(s + jb, je - jb + 1, m_old);
-            const Scalar alpha = wlb::kmath::exp(m_old - m_new);  // 0 on the first block
-            for (int j = b.cb; j < jb; ++j) s[j] = Scalar(0);
+          const BlockHull blk = block_hull(lo.data(), hi.data(), nq, j0, nk);
+          if (blk.re < 0) continue;  // no row sees this key block (document boundary)
+          const int band = band_rows(blk);
+          for (int r0 = blk.rb; r0 <= blk.re; r0 += band) {
+            const BlockHull b = band_hull(blk, lo.data(), hi.data(), r0, band, j0, nk);
+            if (b.re < 0) continue;
+            const int nr = b.re - b.rb + 1, nc = b.ce - b.cb + 1;
+            Scalar* s0 = Sb.data() + b.rb * BK + b.cb;
+            // S = scale·Q·Kᵀ (FA-2 Alg. 1 line 8) as (Qᵀ)ᵀ·Kᵀ.
+            rm_gemm<Scalar>(true, true, nr, nc, D, scale, Qt.data() + b.rb, BQ, &k(j0 + b.cb, hk, 0),
+                            ldk, Scalar(0), s0, BK);
+            // Online softmax (lines 9-10) on each row's allowed keys; the rest
+            // of the hull is zeroed so that P·V adds nothing for them.
+            for (int r = b.rb; r <= b.re; ++r) {
+              Scalar* s = Sb.data() + r * BK;
+              const int jb = wlb::kmath::max(lo(r) - j0, 0);
+              const int je = wlb::kmath::min(hi(r) - j0, nk - 1);
+              if (jb > je) {
+                for (int j = b.cb; j <= b.ce; ++j) s[j] = Scalar(0);
+                continue;
+              }
+              const Scalar m_old = mb(r);
+              const Scalar m_new = lane_max(s + jb, je - jb + 1, m_old);
+              const Scalar alpha = wlb::kmath::exp(m_old - m_new);  // 0 on the first block
+              for (int j = b.cb; j < jb; ++j) s[j] = Scalar(0);
 #ifdef WLB4D_VEXP
-            vexp::exp_shift(s + jb, s + jb, je - jb + 1, m_new);
+              vexp::exp_shift(s + jb, s + jb, je - jb + 1, m_new);
 #else
-            for (int j = jb; j <= je; ++j) s[j] = wlb::kmath::exp(s[j] - m_new);
+              for (int j = jb; j <= je; ++j) s[j] = wlb::kmath::exp(s[j] - m_new);
 #endif
-            const Scalar sum = lane_sum(s + jb, je - jb + 1);
-            for (int j = je + 1; j <= b.ce; ++j) s[j] = Scalar(0);
-            mb(r) = m_new;
-            lb(r) = alpha * lb(r) + sum;
-            if (alpha != Scalar(1)) {
-              Scalar* o = &out(i0 + r, h, 0);
-              for (int d = 0; d < D; ++d) o[d] *= alpha;
+              const Scalar sum = lane_sum(s + jb, je - jb + 1);
+              for (int j = je + 1; j <= b.ce; ++j) s[j] = Scalar(0);
+              mb(r) = m_new;
+              lb(r) = alpha * lb(r) + sum;
+              if (alpha != Scalar(1)) {
+                Scalar* o = &out(i0 + r, h, 0);
+                for (int d = 0; d < D; ++d) o[d] *= alpha;
+              }
             }
+            // O += P·V (line 10), in place in out.
+            rm_gemm<Scalar>(false, false, nr, D, nc, Scalar(1), s0, BK, &v(j0 + b.cb, hk, 0), ldk,
+                            Scalar(1), &out(i0 + b.rb, h, 0), ldq);
           }
-          // O += P·V (line 10), in place in out.
-          rm_gemm<Scalar>(false, false, nr, D, nc, Scalar(1), s0, BK, &v(j0 + b.cb, hk, 0), ldk,
-                          Scalar(1), &out(i0 + b.rb, h, 0), ldq);
         }
         // Normalise (line 12) and store lse (line 13).
         for (int r = 0; r < nq; ++r) {
@@ -1103,49 +1146,54 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
                 lo(r) = wlb::kmath::max<int>(kv_lo(i0 + r), 0);
                 hi(r) = wlb::kmath::min<int>(kv_hi(i0 + r), S - 1);
               }
-              const BlockHull b = block_hull(lo.data(), hi.data(), nq, j0, nk);
-              if (b.re < 0) continue;
-              const int nr = b.re - b.rb + 1, nc = b.ce - b.cb + 1;
-              Scalar* st0 = St.data() + b.cb * BQ + b.rb;
-              Scalar* dpt0 = dPt.data() + b.cb * BQ + b.rb;
-              const Scalar* qi = &q(i0 + b.rb, h, 0);
-              const Scalar* doi = &dout(i0 + b.rb, h, 0);
-              // Sᵀ = scale·K·Qᵀ, dPᵀ = V·dOᵀ (Alg. 2 lines 8, 11), as (Kᵀ)ᵀ·Qᵀ.
-              rm_gemm<Scalar>(true, true, nc, nr, D, scale, Kt.data() + b.cb, BK, qi, ldq, Scalar(0),
-                              st0, BQ);
-              rm_gemm<Scalar>(true, true, nc, nr, D, Scalar(1), Vt.data() + b.cb, BK, doi, ldq,
-                              Scalar(0), dpt0, BQ);
-              // Pᵀ = exp(Sᵀ - lse), dSᵀ = Pᵀ ∘ (dPᵀ - D) (lines 9, 12); entries
-              // off the mask are selected to exactly 0 (exp of them may be inf).
-              const Scalar* lse_i = &lse(h, i0 + b.rb);
-              const Scalar* D_i = Dh + i0 + b.rb;
-              const int* lo_i = lo.data() + b.rb;
-              const int* hi_i = hi.data() + b.rb;
-              for (int c = 0; c < nc; ++c) {
-                Scalar* KOKKOS_RESTRICT s = st0 + c * BQ;
-                Scalar* KOKKOS_RESTRICT dp = dpt0 + c * BQ;
-                Scalar* KOKKOS_RESTRICT x = xs.data();
-                const int j = j0 + b.cb + c;
-                for (int r = 0; r < nr; ++r) x[r] = s[r] - lse_i[r];
+              const BlockHull blk = block_hull(lo.data(), hi.data(), nq, j0, nk);
+              if (blk.re < 0) continue;  // no row sees this key block (document boundary)
+              const int band = band_rows(blk);
+              for (int r0 = blk.rb; r0 <= blk.re; r0 += band) {
+                const BlockHull b = band_hull(blk, lo.data(), hi.data(), r0, band, j0, nk);
+                if (b.re < 0) continue;
+                const int nr = b.re - b.rb + 1, nc = b.ce - b.cb + 1;
+                Scalar* st0 = St.data() + b.cb * BQ + b.rb;
+                Scalar* dpt0 = dPt.data() + b.cb * BQ + b.rb;
+                const Scalar* qi = &q(i0 + b.rb, h, 0);
+                const Scalar* doi = &dout(i0 + b.rb, h, 0);
+                // Sᵀ = scale·K·Qᵀ, dPᵀ = V·dOᵀ (Alg. 2 lines 8, 11), as (Kᵀ)ᵀ·Qᵀ.
+                rm_gemm<Scalar>(true, true, nc, nr, D, scale, Kt.data() + b.cb, BK, qi, ldq, Scalar(0),
+                                st0, BQ);
+                rm_gemm<Scalar>(true, true, nc, nr, D, Scalar(1), Vt.data() + b.cb, BK, doi, ldq,
+                                Scalar(0), dpt0, BQ);
+                // Pᵀ = exp(Sᵀ - lse), dSᵀ = Pᵀ ∘ (dPᵀ - D) (lines 9, 12); entries
+                // off the mask are selected to exactly 0 (exp of them may be inf).
+                const Scalar* lse_i = &lse(h, i0 + b.rb);
+                const Scalar* D_i = Dh + i0 + b.rb;
+                const int* lo_i = lo.data() + b.rb;
+                const int* hi_i = hi.data() + b.rb;
+                for (int c = 0; c < nc; ++c) {
+                  Scalar* KOKKOS_RESTRICT s = st0 + c * BQ;
+                  Scalar* KOKKOS_RESTRICT dp = dpt0 + c * BQ;
+                  Scalar* KOKKOS_RESTRICT x = xs.data();
+                  const int j = j0 + b.cb + c;
+                  for (int r = 0; r < nr; ++r) x[r] = s[r] - lse_i[r];
 #ifdef WLB4D_VEXP
-                vexp::exp_shift(x, x, nr, Scalar(0));
+                  vexp::exp_shift(x, x, nr, Scalar(0));
 #else
-                for (int r = 0; r < nr; ++r) x[r] = wlb::kmath::exp(x[r]);
+                  for (int r = 0; r < nr; ++r) x[r] = wlb::kmath::exp(x[r]);
 #endif
-                for (int r = 0; r < nr; ++r) {
-                  const bool on = lo_i[r] <= j && j <= hi_i[r];
-                  const Scalar p = on ? x[r] : Scalar(0);
-                  s[r] = p;
-                  dp[r] = on ? p * (dp[r] - D_i[r]) : Scalar(0);
+                  for (int r = 0; r < nr; ++r) {
+                    const bool on = lo_i[r] <= j && j <= hi_i[r];
+                    const Scalar p = on ? x[r] : Scalar(0);
+                    s[r] = p;
+                    dp[r] = on ? p * (dp[r] - D_i[r]) : Scalar(0);
+                  }
                 }
+                // dV += Pᵀ·dO, dK += scale·dSᵀ·Q, dQ += scale·dS·K (lines 12, 15, 14).
+                rm_gemm<Scalar>(false, false, nc, D, nr, Scalar(1), st0, BQ, doi, ldq, Scalar(1),
+                                dVa.data() + b.cb * D, D);
+                rm_gemm<Scalar>(false, false, nc, D, nr, scale, dpt0, BQ, qi, ldq, Scalar(1),
+                                dKa.data() + b.cb * D, D);
+                rm_gemm<Scalar>(true, false, nr, D, nc, scale, dpt0, BQ, &k(j0 + b.cb, hk, 0), ldk,
+                                Scalar(1), &dq(i0 + b.rb, h, 0), ldq);
               }
-              // dV += Pᵀ·dO, dK += scale·dSᵀ·Q, dQ += scale·dS·K (lines 12, 15, 14).
-              rm_gemm<Scalar>(false, false, nc, D, nr, Scalar(1), st0, BQ, doi, ldq, Scalar(1),
-                              dVa.data() + b.cb * D, D);
-              rm_gemm<Scalar>(false, false, nc, D, nr, scale, dpt0, BQ, qi, ldq, Scalar(1),
-                              dKa.data() + b.cb * D, D);
-              rm_gemm<Scalar>(true, false, nr, D, nc, scale, dpt0, BQ, &k(j0 + b.cb, hk, 0), ldk,
-                              Scalar(1), &dq(i0 + b.rb, h, 0), ldq);
             }
           }
           for (int r = 0; r < nk; ++r) {
