@@ -42,6 +42,7 @@
 #define WLB4D_ATTN_HOST_BLAS 1
 #endif
 
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -518,6 +519,9 @@ inline int scratch_level(std::size_t bytes) {
 /// with its SkylakeX kernel. So the BLAS is used unless OpenBLAS reports a
 /// kernel whose SIMD level is below the portable kernel's; decided once per
 /// process (the same environment always takes the same path).
+/// The environment variable WLB4D_ATTENTION_PATH=portable|blas overrides
+/// the choice (to compare both paths on one machine, as WLB4D_NO_SBGEMM does
+/// for the bf16 GEMMs); auto or unset: the rule above.
 inline bool host_blas_tiles() {
 #ifdef WLB4D_ATTENTION_FORCE_BLAS
   return true;
@@ -530,6 +534,13 @@ inline bool host_blas_tiles() {
   constexpr core::SimdLevel portable = core::SimdLevel::Sse;
 #endif
   static const bool use = [] {
+    const char* e = std::getenv("WLB4D_ATTENTION_PATH");
+    const std::string v = e ? e : "";
+    if (v == "portable") return false;
+    if (v == "blas") return true;
+    if (!v.empty() && v != "auto")
+      throw std::invalid_argument("WLB4D_ATTENTION_PATH=" + v +
+                                  ": must be auto, portable or blas (the attention kernel's host path)");
     const core::BlasInfo b = core::probe_blas();
     return !b.openblas || b.kernel == core::SimdLevel::Unknown || b.kernel >= portable;
   }();
@@ -934,13 +945,8 @@ std::size_t backward_host_bytes(int D) {
   return 2 * Scratch<Scalar>::shmem_size(BK * BQ)  // Sᵀ/Pᵀ, dPᵀ/dSᵀ
          + 2 * Scratch<Scalar>::shmem_size(D * BK)  // Kᵀ, Vᵀ of the key block
          + 2 * Scratch<Scalar>::shmem_size(BK * D)  // dK, dV of the key block
-         + Scratch<Scalar>::shmem_size(BQ)          // row of Sᵀ - lse
+         + 2 * Scratch<Scalar>::shmem_size(BQ)      // row of Sᵀ - lse, D_i
          + 2 * Scratch<int>::shmem_size(BQ);        // lo, hi
-}
-/// Plus D_i = rowsum(dO ∘ O) of every row of the team's query heads.
-template <class Scalar>
-std::size_t backward_host_bytes(int D, int T, int group) {
-  return backward_host_bytes<Scalar>(D) + Scratch<Scalar>::shmem_size(std::size_t(T) * group);
 }
 
 /// The rows of a query block that see a key of [j0, j0+nk) and the hull of
@@ -1113,7 +1119,7 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
   const int T = dm.T, S = dm.S, D = dm.D, Hq = dm.Hq, Hkv = dm.Hkv, group = Hq / Hkv;
   const int BQ = host_block_queries(D), BK = host_block_keys(D);
   const int ldq = Hq * D, ldk = Hkv * D;
-  const std::size_t bytes = backward_host_bytes<Scalar>(D, T, group);
+  const std::size_t bytes = backward_host_bytes<Scalar>(D);
   Kokkos::parallel_for(
       "wlb::model::attention_backward_host",
       Policy(Hkv, 1).set_scratch_size(scratch_level(bytes), Kokkos::PerTeam(bytes)),
@@ -1123,15 +1129,11 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
         Scratch<Scalar> St(t.team_scratch(lvl), BK * BQ), dPt(t.team_scratch(lvl), BK * BQ),
             Kt(t.team_scratch(lvl), D * BK), Vt(t.team_scratch(lvl), D * BK),
             dKa(t.team_scratch(lvl), BK * D), dVa(t.team_scratch(lvl), BK * D),
-            xs(t.team_scratch(lvl), BQ), Dall(t.team_scratch(lvl), std::size_t(T) * group);
+            xs(t.team_scratch(lvl), BQ), Ds(t.team_scratch(lvl), BQ);
         Scratch<int> lo(t.team_scratch(lvl), BQ), hi(t.team_scratch(lvl), BQ);
         for (int i = 0; i < T; ++i) {  // this team owns dq(:, group of hk, :)
           Scalar* g = &dq(i, hk * group, 0);
           for (int n = 0; n < group * D; ++n) g[n] = Scalar(0);
-          // D_i = rowsum(dO ∘ O) (Alg. 2 line 4), once per row and head.
-          for (int hh = 0; hh < group; ++hh)
-            Dall(std::size_t(hh) * T + i) =
-                lane_dot(&dout(i, hk * group + hh, 0), &out(i, hk * group + hh, 0), D);
         }
         for (int j0 = 0; j0 < S; j0 += BK) {
           const int nk = S - j0 < BK ? S - j0 : BK;
@@ -1139,7 +1141,6 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
           transpose_rows(k, j0, nk, hk, D, Kt.data(), BK);
           transpose_rows(v, j0, nk, hk, D, Vt.data(), BK);
           for (int h = hk * group; h < (hk + 1) * group; ++h) {
-            const Scalar* Dh = Dall.data() + std::size_t(h - hk * group) * T;
             for (int i0 = 0; i0 < T; i0 += BQ) {
               const int nq = T - i0 < BQ ? T - i0 : BQ;
               for (int r = 0; r < nq; ++r) {
@@ -1148,6 +1149,11 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
               }
               const BlockHull blk = block_hull(lo.data(), hi.data(), nq, j0, nk);
               if (blk.re < 0) continue;  // no row sees this key block (document boundary)
+              // D_i = rowsum(dO ∘ O) (Alg. 2 line 4) of the rows that see the
+              // block: nq·D per block pair against ~10·nq·BK·D in its GEMMs,
+              // so recomputing it keeps the scratch independent of T.
+              for (int r = blk.rb; r <= blk.re; ++r)
+                Ds(r) = lane_dot(&dout(i0 + r, h, 0), &out(i0 + r, h, 0), D);
               const int band = band_rows(blk);
               for (int r0 = blk.rb; r0 <= blk.re; r0 += band) {
                 const BlockHull b = band_hull(blk, lo.data(), hi.data(), r0, band, j0, nk);
@@ -1165,7 +1171,7 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
                 // Pᵀ = exp(Sᵀ - lse), dSᵀ = Pᵀ ∘ (dPᵀ - D) (lines 9, 12); entries
                 // off the mask are selected to exactly 0 (exp of them may be inf).
                 const Scalar* lse_i = &lse(h, i0 + b.rb);
-                const Scalar* D_i = Dh + i0 + b.rb;
+                const Scalar* D_i = Ds.data() + b.rb;
                 const int* lo_i = lo.data() + b.rb;
                 const int* hi_i = hi.data() + b.rb;
                 for (int c = 0; c < nc; ++c) {
@@ -1250,6 +1256,23 @@ double attention_flops_forward_backward(HostCIntVec kv_lo, HostCIntVec kv_hi,
          attention_flops_forward(kv_lo, kv_hi, num_keys, heads_q, head_dim);
 }
 
+std::string attention_summary() {
+#ifdef WLB4D_ATTN_HOST_BLAS
+  const char* e = std::getenv("WLB4D_ATTENTION_PATH");
+  const std::string why = e && *e && std::string(e) != "auto" ? std::string(", WLB4D_ATTENTION_PATH=") + e : "";
+  if (attn_impl::host_blas_tiles())
+    return "attention: host kernel, tile products via the BLAS (" +
+           std::to_string(attn_impl::host_block_queries(64)) + " x " +
+           std::to_string(attn_impl::host_block_keys(64)) + " blocks, FA-2 backward with 5 GEMMs" + why + ")";
+  return "attention: portable team kernel (" + std::to_string(attn_impl::kBQ) + " x " +
+         std::to_string(attn_impl::kBK) + " tiles" +
+         (why.empty() ? "; the BLAS kernel " + core::probe_blas().core + " is below its SIMD level" : why) + ")";
+#else
+  return "attention: portable team kernel on " + std::string(ExecSpace::name()) + " (" +
+         std::to_string(attn_impl::kBQ) + " x " + std::to_string(attn_impl::kBK) + " tiles)";
+#endif
+}
+
 template <class Scalar>
 AttentionTiles attention_tiles(int head_dim) {
   const int Dp = attn_impl::round_up(head_dim, attn_impl::BlockCols<Scalar>::value);
@@ -1262,8 +1285,7 @@ AttentionTiles attention_tiles(int head_dim) {
   r.level0_max_bytes = static_cast<std::size_t>(attn_impl::Policy::scratch_size_max(0));
 #ifdef WLB4D_ATTN_HOST_BLAS
   if (!attn_impl::host_blas_tiles()) return r;
-  // Host BLAS path: one backward kernel (dK/dV and dQ together), reported as
-  // both; its D_i row buffer (T·Hq/Hkv values) comes on top.
+  // Host BLAS path: one backward kernel (dK/dV and dQ together), reported as both.
   r.queries = attn_impl::host_block_queries(head_dim);
   r.keys = attn_impl::host_block_keys(head_dim);
   r.forward_bytes = attn_impl::forward_host_bytes<Scalar>(head_dim);
