@@ -7,6 +7,7 @@
 # against an independent implementation of the same attention. The OpenBLAS
 # environment is left as the machine sets it (both runs use the same GEMM
 # kernel elsewhere, so only the attention differs). A bad value must be refused.
+# Exit 77 (skipped) in a build without the host BLAS path.
 #   attention_path_test.sh WLB4D DECK PYTHON CHECK_LOSSES RTOL
 set -euo pipefail
 wlb4d=$1 deck=$2 py=$3 check=$4 rtol=$5
@@ -19,6 +20,9 @@ for path in portable blas; do
     portable) want="attention: portable team kernel" ;;
     blas) want="attention: host kernel, tile products via the BLAS" ;;
   esac
+  if grep -q "attention: portable team kernel on " "attn-$path-$name.log"; then
+    echo "attention_path_test: skipped: this build has no host BLAS path (device build or no BLAS TPL)"; exit 77
+  fi
   grep -q "$want" "attn-$path-$name.log" || {
     grep -i "attention:" "attn-$path-$name.log" || true
     echo "attention_path_test: WLB4D_ATTENTION_PATH=$path: no start-up line '$want'"; exit 1; }
