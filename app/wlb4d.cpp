@@ -9,6 +9,7 @@
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/model/attention.hpp"
 #include "wlb4d/model/bf16_gemm.hpp"
 #include "wlb4d/train/trainer.hpp"
 
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
                  grid.dpcp().device_backend());
     const auto blas = core::probe_blas();  // the GEMMs' kernel ([P]): a generic one costs 4-7x
     spdlog::info("{}", blas.summary());
+    spdlog::info("{}", model::attention_summary());
     if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
     if (cfg.comm.wait == "block" && cfg.comm.timeout_s > 0 && rank == 0)
       spdlog::warn("comm.timeout_s={:g} has no effect with comm.wait=block: a blocking MPI call cannot be timed, so "

@@ -5,6 +5,7 @@
 // Args: (number of documents, tokens per document, heads, head dim).
 #include "wlb4d/model/attention.hpp"
 
+#include <KokkosBlas3_gemm.hpp>
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -95,8 +96,30 @@ void BM_attention_fwd_bwd(benchmark::State& st) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The SGEMM reference at the attention's shapes, measured by the same binary
+// in the same run (issue [P] 2): the two products of the forward for the full,
+// unmasked T × T score matrix of one head, S = Q·Kᵀ (T × T × D, "N","T") and
+// O = P·V (T × D × T, "N","N"), through KokkosBlas::gemm (the BLAS). Args (T, D).
+// scripts/bench.sh divides BM_attention_fwd_bwd's rate by this one at the same D.
+void BM_sgemm_attn_shapes(benchmark::State& st) {
+  const int T = int(st.range(0)), D = int(st.range(1));
+  wlb::Mat q("q", T, D), k("k", T, D), s("s", T, T), o("o", T, D);
+  Kokkos::deep_copy(q, 0.01f);
+  Kokkos::deep_copy(k, 0.02f);
+  Kokkos::deep_copy(s, 0.03f);
+  for (auto _ : st) {
+    KokkosBlas::gemm("N", "T", 1.0f, q, k, 0.0f, s);
+    KokkosBlas::gemm("N", "N", 1.0f, s, k, 0.0f, o);
+    Kokkos::fence();
+  }
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * 2.0 * T * T * D * 1e-9,
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
+BENCHMARK(BM_sgemm_attn_shapes)->Args({1024, 64})->Args({1024, 128})->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 // One 1024-token document vs 16 documents of 64 (same tokens, 1/16 of the pairs).
 #define WLB4D_ATTN_ARGS ->Args({1, 1024, 4, 64})->Args({16, 64, 4, 64})->Args({1, 1024, 4, 128})
 BENCHMARK(BM_attention_fwd) WLB4D_ATTN_ARGS->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -128,27 +128,39 @@ column -s, -t < "$RESULTS"
 
 # Kernel benchmarks (bench/kernels_bench.cpp, bench/attention_bench.cpp), one
 # core: element-wise kernels as GB/s and share of the one-core STREAM triad,
-# attention fwd+bwd as GFLOP/s and share of the SGEMM peak. KERNELS=0 skips.
+# attention fwd+bwd as GFLOP/s (FA-2 FLOP convention) and its share of the SGEMM
+# peak and of the SGEMM at the attention's shapes (BM_sgemm_attn_shapes, same
+# head dim, measured by the same binary in this run), by wall time and by CPU
+# time (on a shared machine the CPU-time figures are the kernel's own).
+# KERNELS=0 skips.
 if [ "${KERNELS:-1}" != 0 ]; then
   for kb in kernels_bench attention_bench; do
     [ -x "$BUILD_DIR/bench/$kb" ] || continue
-    $RUN "$BUILD_DIR/bench/$kb" --benchmark_format=csv ${kb/attention_bench/--benchmark_filter=fwd_bwd} 2>/dev/null
+    $RUN "$BUILD_DIR/bench/$kb" --benchmark_format=csv ${kb/attention_bench/--benchmark_filter=fwd_bwd|sgemm_attn} 2>/dev/null
   done | /usr/bin/env python3 -c '
 import csv, sys
 peak = float(sys.argv[1])
 rows = [r for r in csv.reader(sys.stdin) if r and r[0].startswith("BM_")]
-hdr = None
 out = []
 bw = 0.0
+ref = {}  # head dim -> (wall GFLOP/s, cpu GFLOP/s) of SGEMM at the attention shapes
 for r in rows:
-    name, ms = r[0], float(r[2])
+    name, ms, cms = r[0], float(r[2]), float(r[3])
     vals = [x for x in r[10:] if x != ""]
-    out.append((name, ms, vals))
+    out.append((name, ms, cms, vals))
     if name.startswith("BM_stream_triad") and vals: bw = float(vals[0])
+    if name.startswith("BM_sgemm_attn_shapes") and vals:
+        g = float(vals[-1]); ref[int(name.split("/")[2])] = (g, g * ms / cms)
 print("\nkernel                                   ms       rate          share")
-for name, ms, vals in out:
+for name, ms, cms, vals in out:
     if name.startswith("BM_attention"):
-        g = float(vals[-1]); print(f"{name:38s} {ms:8.2f} {g:8.2f} GFLOP/s  {g/peak if peak else 0:.3f} of SGEMM peak")
+        g = float(vals[-1]); gc = g * ms / cms; D = int(name.split("/")[4])
+        s = f"{g/peak if peak else 0:.3f} of SGEMM peak"
+        if D in ref:
+            s += f", {g/ref[D][0]:.3f} of SGEMM at its shapes ({ref[D][0]:.1f}); cpu time {gc:.2f} GFLOP/s, {gc/ref[D][1]:.3f} of {ref[D][1]:.1f}"
+        print(f"{name:38s} {ms:8.2f} {g:8.2f} GFLOP/s  {s}")
+    elif name.startswith("BM_sgemm_attn_shapes"):
+        print(f"{name:38s} {ms:8.2f} {float(vals[-1]):8.2f} GFLOP/s  (cpu time {ref[int(name.split(chr(47))[2])][1]:.1f})")
     elif vals:
         g = float(vals[0]); s = f"{g/bw:.3f} of triad" if bw else ""
         ex = f"  {float(vals[1]):.2f} Gexp/s" if len(vals) > 1 and float(vals[1]) > 0 else ""

@@ -206,6 +206,50 @@ TEST(Attention, DocumentsGqaMatchReference) {
   expect_matches(run<double>(p), reference(p), 1e-12);
 }
 
+// Every head dim of the issue ([P] 2: 32, 64, 80, 128) against every GQA ratio
+// (Hq/Hkv = 1, 2, 4, 8), documents that start and end inside 64-token blocks
+// and one longer than two blocks, plus empty rows: each tile path of both
+// host kernels (portable and BLAS tiles, see CMakeLists) against the naive fp64 softmax.
+TEST(Attention, HeadDimsAndGqaRatiosMatchReference) {
+  for (int D : {32, 64, 80, 128})
+    for (int ratio : {1, 2, 4, 8}) {
+      const int Hkv = ratio == 8 ? 1 : 2;
+      Problem p = packed({3, 61, 1, 140, 29}, ratio * Hkv, Hkv, D, unsigned(100 + D + ratio));
+      for (int i : {0, 70, 71, 200}) {  // empty rows, one of them inside a document
+        p.lo[i] = i + 1;
+        p.hi[i] = i;
+      }
+      SCOPED_TRACE("D=" + std::to_string(D) + " Hq/Hkv=" + std::to_string(ratio));
+      expect_matches(run<double>(p), reference(p), 1e-12);
+    }
+}
+
+// Context-parallel key ranges (queries a subset of the keys, ranges that are
+// neither document-causal nor contiguous with their neighbours) at D = 128, GQA 4.
+TEST(Attention, ContextParallelRangesD128Gqa4) {
+  Problem p = packed({257}, 8, 2, 128, 77);
+  std::mt19937 rng(8);
+  for (int i = 0; i < p.T; ++i) {
+    switch (i % 4) {
+      case 0: p.lo[i] = 0; p.hi[i] = p.S - 1; break;                    // all keys
+      case 1: p.lo[i] = int(rng() % p.S); p.hi[i] = int(rng() % p.S); break;  // maybe empty
+      case 2: p.lo[i] = i - 100; p.hi[i] = i + 100; break;              // clamped both sides
+      default: p.lo[i] = 64; p.hi[i] = 64; break;                       // one key
+    }
+  }
+  expect_matches(run<double>(p), reference(p), 1e-12);
+}
+
+// Race-free and deterministic: two runs give the same bits.
+TEST(Attention, RepeatedRunsAreBitIdentical) {
+  const auto p = packed({100, 300, 17}, 8, 2, 64, 88);
+  const Result a = run<float>(p), b = run<float>(p);
+  for (auto m : {&Result::out, &Result::lse, &Result::dq, &Result::dk, &Result::dv}) {
+    ASSERT_EQ((a.*m).size(), (b.*m).size());
+    for (std::size_t n = 0; n < (a.*m).size(); ++n) ASSERT_EQ((a.*m)[n], (b.*m)[n]) << n;
+  }
+}
+
 TEST(Attention, SingleDocumentMhaD64MatchesReference) {
   const auto p = packed({200}, 2, 2, 64, 12);
   expect_matches(run<double>(p), reference(p), 1e-12);
@@ -357,6 +401,8 @@ TEST(Attention, FloatMatchesDoubleReference) {
   const auto p = packed({1, 2, 37, 130, 64}, 4, 2, 32, 51);
   const Result r = run<float>(p), ref = reference(p);
   expect_matches(r, ref, 1e-4);
+  const auto p128 = packed({200, 90}, 4, 1, 128, 52);
+  expect_matches(run<float>(p128), reference(p128), 1e-4);
 }
 
 TEST(Attention, ShapeErrorsThrow) {

@@ -52,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace wlb::model {
 
@@ -127,5 +128,13 @@ double attention_flops_forward(HostCIntVec kv_lo, HostCIntVec kv_hi, std::int64_
 /// attention_flops_forward × (1 + kAttentionBackwardFlopFactor): forward + backward.
 double attention_flops_forward_backward(HostCIntVec kv_lo, HostCIntVec kv_hi,
                                         std::int64_t num_keys, int heads_q, int head_dim);
+
+/// Which kernel the two functions above run in this process, one line for
+/// the start-up log: on a host execution space the tile products go to the
+/// BLAS (attention.cpp, host_blas_tiles) unless OpenBLAS runs a kernel whose
+/// SIMD level is below the portable kernel's (its generic SSE3 "Prescott"
+/// fallback), where the portable register-blocked team kernel (the one CUDA
+/// runs) is faster. Host function; decided once per process.
+std::string attention_summary();
 
 }  // namespace wlb::model
