@@ -59,7 +59,31 @@ void round_cols_bits(const float* src, std::int64_t ld, std::int64_t c0, std::in
       });
 }
 
+/// bits[i] = float_to_bf16(x[i]), i < n.
+void store_bits(const float* x, std::int64_t n, bf16_bits* bits) {
+  if (n == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::bf16_store", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { bits[i] = core::float_to_bf16(x[i]); });
+}
+
+/// x[i] = bf16_to_float(bits[i]), i < n.
+void load_bits(const bf16_bits* bits, std::int64_t n, float* x) {
+  if (n == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::bf16_load", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { x[i] = core::bf16_to_float(bits[i]); });
+}
+
 }  // namespace bf16_detail
+
+void bf16_store(const View2<float>& x, bf16_bits* bits) {
+  bf16_detail::store_bits(x.data(), std::int64_t(x.extent(0) * x.extent(1)), bits);
+}
+
+void bf16_load(const bf16_bits* bits, const View2<float>& x) {
+  bf16_detail::load_bits(bits, std::int64_t(x.extent(0) * x.extent(1)), x.data());
+}
 
 Bf16Path bf16_gemm_path() { return sbgemm() ? Bf16Path::Sbgemm : Bf16Path::Widen; }
 

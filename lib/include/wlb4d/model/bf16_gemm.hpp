@@ -94,6 +94,12 @@ class Bf16Workspace {
   View1<core::bf16_bits> a_bits_, b_bits_;
 };
 
+/// Stored bf16 activations (Transformer under bf16): bits[i] = float_to_bf16(x[i]) over the
+/// rows·cols elements of x (LayoutRight, row-major order), round to nearest even. bits holds ≥ x.span().
+void bf16_store(const View2<float>& x, core::bf16_bits* bits);
+/// x[i] = bf16_to_float(bits[i]) (exact), the inverse of bf16_store for values it wrote.
+void bf16_load(const core::bf16_bits* bits, const View2<float>& x);
+
 /// y[T][out] = beta·y + bf16(x)[T][in] · bf16(W)[out][in]ᵀ, fp32 accumulation.
 /// \throws std::invalid_argument on mismatched extents or T·in > ws.a_elems().
 void bf16_linear_forward(const View2<float>& x, const Bf16Weight& w, const View2<float>& y, float beta,

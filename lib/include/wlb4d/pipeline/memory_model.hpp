@@ -32,9 +32,12 @@
 ///                       top: x_out d, last stage + rstd_f 1, xn_f d, logits
 ///                       V_l, ce_lse 1. Under SP the residual-region fields
 ///                       (x_in, rstd1, xn1, h1, rstd2, xn2, x_out, rstd_f,
-///                       xn_f) hold C_sp tokens, the others C.
-///   recompute_workspace C·b·Σ widths of the fields some layer drops  [model::recompute]
-///   grad_workspace      C·b·(2d + 2qd + 2kd + 3F_l + 3)  [model::grad_scratch]
+///                       xn_f) hold C_sp tokens, the others C. Under bf16
+///                       xn1, xn2, act and xn_f are 2 bytes per element
+///                       (their bf16 bits), the rest b.
+///   recompute_workspace C·Σ widths·bytes of the fields some layer drops  [model::recompute]
+///   grad_workspace      C·b·(2d + 2qd + 2kd + 3F_l + 3), bf16: + C·b·max(d, F_l)
+///                       (the fp32 staging of the 2-byte operands)  [model::grad_scratch]
 ///   sp_gather           SP: 2·C·d·b (all-gathered norm output and its
 ///                       gradient before the column-parallel GEMMs; a model
 ///                       until the SP branch measures it)
