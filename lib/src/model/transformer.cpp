@@ -186,15 +186,17 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
       for (std::size_t i : layer_w) gemm_w.push_back(i);
     }
     if (s.head) gemm_w.push_back(lm_head_);
-    std::int64_t out_max = 0;
+    std::int64_t out_max = 0, w_block = 0;
     for (std::size_t i : gemm_w) {
       const auto& P = params_[i];
       bf16_w_[i] = Bf16Weight(P.local_shape[0], P.local_shape[1]);
       out_max = std::max(out_max, P.local_shape[0]);
+      w_block = std::max(w_block, std::min(P.local_shape[0], kBf16Block) * P.local_shape[1]);
     }
     // Operand workspace (bf16_gemm.hpp): under SP the gathered T is C too.
     const std::int64_t wmax = std::max({d_, qd, f_});
-    bf16_ws_ = Bf16Workspace(cap_ * std::max(wmax, std::min(out_max, kBf16Block)), cap_ * wmax);
+    bf16_ws_ = Bf16Workspace(cap_ * std::max(wmax, std::min(out_max, kBf16Block)), cap_ * wmax, w_block,
+                             out_max > kBf16Block ? cap_ * kBf16Block : 0);
   }
 }
 

@@ -123,6 +123,7 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   auto field_bytes = [&](int f) { return width[f] * (sp && residual_region(f) ? C_sp : C) * elem_bytes(f); };
   double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
   const double bb = opt.bf16_operand_bytes > 0 ? opt.bf16_operand_bytes : model::bf16_operand_bytes();
+  const bool widen = bb == 4;  // no weight copies; weight-row and output-column blocks instead (bf16_gemm.hpp)
   double bf16_w = 0, bf16_ws = 0;
   const double wslots = weight_stashes(par, pp_rank, m);
   std::string kept;
@@ -135,10 +136,19 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     const double P = nl * layer_params + (embedding ? V * d : 0) + (head ? d + V * d : 0);
     params += P;
     if (bf16) {
-      bf16_w += (nl * (2 * qd * d + 2 * kd * d + 3 * F * d) + (head ? V * d : 0)) * bb;
+      const double blk = model::kBf16Block;
+      if (!widen) bf16_w += (nl * (2 * qd * d + 2 * kd * d + 3 * F * d) + (head ? V * d : 0)) * bb;
       const double wmax = std::max({d, qd, F});
       const double out_max = std::max(nl > 0 ? std::max({qd, kd, d, F}) : 0.0, head ? V : 0.0);
-      bf16_ws += C * (std::max(wmax, std::min(out_max, double(model::kBf16Block))) + wmax) * bb;
+      bf16_ws += C * (std::max(wmax, std::min(out_max, blk)) + wmax) * bb;
+      if (widen) {  // a rounded block of weight rows; the LM head's block of output columns
+        const double w_block = std::max({nl > 0 ? std::max({std::min(qd, blk) * d, std::min(kd, blk) * d,
+                                                             std::min(d, blk) * qd, std::min(F, blk) * d,
+                                                             std::min(d, blk) * F})
+                                                : 0.0,
+                                         head ? std::min(V, blk) * d : 0.0});
+        bf16_ws += (w_block + (out_max > blk ? C * blk : 0.0)) * bb;
+      }
     }
     moments += 2 * (par.zero == 1 ? std::ceil(P / G) : P);
     // Layers that recompute: the first recompute_layers local ones (0: all).
@@ -177,8 +187,10 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
                                  kept, mc.recompute_layers > 0 ? " in recomputed layers" : "")});
   if (bf16) {
     e.terms.push_back({"bf16_weights", bf16_w,
-                       fmt::format("model::bf16_weights: bf16 copies of the GEMM weights ({} B/element, {} path)", bb,
-                                   bb == 2 ? "sbgemm" : "widen")});
+                       widen ? std::string("model::bf16_weights: none on the widen path (blocks rounded from the "
+                                           "master into bf16_operands)")
+                             : fmt::format("model::bf16_weights: bf16 copies of the GEMM weights ({} B/element, "
+                                           "sbgemm path)", bb)});
     e.terms.push_back({"bf16_operands", bf16_ws, "model::bf16_operands: rounded GEMM operands (bf16_gemm.hpp)"});
   }
   e.terms.push_back({"recompute_workspace", rec, "model::recompute (one layer's dropped fields)"});

@@ -46,11 +46,15 @@
 ///                       micro-batch: recv_act (chunks c > 0, pp > 1),
 ///                       recv_grad (c < last, pp > 1), send_grad (c > 0);
 ///                       C_p2p = C_cp, ⌈C_cp/tp⌉ under SP  [pp_recv, pp_send_grad]
-///   bf16_weights        train.precision = bf16: P_mm,c·b16 (the chunk's GEMM
-///                       weights: layers·(2qd·d + 2kd·d + 3F_l·d) + V_l·d on
-///                       the last chunk), b16 = 2 (sbgemm) or 4 (widen) [model::bf16_weights]
+///   bf16_weights        train.precision = bf16, sbgemm path: P_mm,c·2 (the
+///                       chunk's GEMM weights: layers·(2qd·d + 2kd·d + 3F_l·d)
+///                       + V_l·d on the last chunk); 0 on the widen path (no
+///                       copies, bf16_gemm.hpp) [model::bf16_weights]
 ///   bf16_operands       bf16: C·(max(d, qd, F_l, min(out_max, 4096)) + max(d, qd, F_l))·b16,
-///                       out_max the widest GEMM output of the chunk (V_l with the head) [model::bf16_operands]
+///                       out_max the widest GEMM output of the chunk (V_l with
+///                       the head), b16 = 2 (sbgemm) or 4 (widen); widen also
+///                       max over the chunk's weights of min(rows, 4096)·cols·4
+///                       and, if out_max > 4096, C·4096·4 [model::bf16_operands]
 ///   batch_inputs        m·5·C_cp·4 (int32 ids, labels, positions, kv_lo,
 ///                       kv_hi) + cp > 1: m·C·4 (cp_perm)
 /// The sum is the predicted peak: the workspaces are allocated once at
