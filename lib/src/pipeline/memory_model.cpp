@@ -124,7 +124,7 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
   const double bb = opt.bf16_operand_bytes > 0 ? opt.bf16_operand_bytes : model::bf16_operand_bytes();
   const bool widen = bb == 4;  // no weight copies; weight-row and output-column blocks instead (bf16_gemm.hpp)
-  double bf16_w = 0, bf16_ws = 0;
+  double bf16_w = 0, bf16_ws = 0, chunk_max = 0;
   const double wslots = weight_stashes(par, pp_rank, m);
   std::string kept;
   for (int vs = 0; vs < v; ++vs) {
@@ -135,6 +135,7 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     const double layer_params = 2 * d + 2 * qd * d + 2 * kd * d + 3 * F * d;
     const double P = nl * layer_params + (embedding ? V * d : 0) + (head ? d + V * d : 0);
     params += P;
+    chunk_max = std::max(chunk_max, P);
     if (bf16) {
       const double blk = model::kBf16Block;
       if (!widen) bf16_w += (nl * (2 * qd * d + 2 * kd * d + 3 * F * d) + (head ? V * d : 0)) * bb;
@@ -193,6 +194,9 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
                                            "sbgemm path)", bb)});
     e.terms.push_back({"bf16_operands", bf16_ws, "model::bf16_operands: rounded GEMM operands (bf16_gemm.hpp)"});
   }
+  if (cfg.comm.grad_reduce_dtype == "bf16" && G > 1)
+    e.terms.push_back({"grad_reduce_bf16", chunk_max * 2,
+                       "optim::grad_bf16: the largest chunk's gradient in bf16 for comm.grad_reduce_dtype=bf16"});
   e.terms.push_back({"recompute_workspace", rec, "model::recompute (one layer's dropped fields)"});
   if (wstash > 0)
     e.terms.push_back({"weight_grad_stash", wstash, "model::weight_grad_stash: ZB-H1's delayed-W operands of recomputed layers"});

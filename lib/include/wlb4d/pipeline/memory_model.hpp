@@ -55,6 +55,8 @@
 ///                       the head), b16 = 2 (sbgemm) or 4 (widen); widen also
 ///                       max over the chunk's weights of min(rows, 4096)·cols·4
 ///                       and, if out_max > 4096, C·4096·4 [model::bf16_operands]
+///   grad_reduce_bf16    comm.grad_reduce_dtype = bf16 and dp·cp > 1: max_c P_c·2
+///                       (the bf16 copy of the largest chunk's gradient) [optim::grad_bf16]
 ///   batch_inputs        m·5·C_cp·4 (int32 ids, labels, positions, kv_lo,
 ///                       kv_hi) + cp > 1: m·C·4 (cp_perm)
 /// The sum is the predicted peak: the workspaces are allocated once at
