@@ -16,8 +16,9 @@
 
 namespace wlb::optim {
 
-namespace {
-// Kernels in free functions (nvcc: no extended lambdas in private members).
+// Kernels in free functions of a named namespace (nvcc: an extended lambda
+// needs an enclosing function with external linkage, not a private member).
+namespace grad_bf16_detail {
 void round_to_bits(const float* g, std::int64_t n, std::uint16_t* b) {
   Kokkos::parallel_for(
       "wlb::optim::grad_to_bf16", Kokkos::RangePolicy<ExecSpace>(0, n),
@@ -28,7 +29,12 @@ void widen_bits(const std::uint16_t* b, std::int64_t n, float* g) {
       "wlb::optim::grad_from_bf16", Kokkos::RangePolicy<ExecSpace>(0, n),
       KOKKOS_LAMBDA(const std::int64_t i) { g[i] = core::bf16_to_float(b[i]); });
 }
+}  // namespace grad_bf16_detail
+
+namespace {
 constexpr bool kHostReadsMemSpace = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+using grad_bf16_detail::round_to_bits;
+using grad_bf16_detail::widen_bits;
 }  // namespace
 
 Optimizer::Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::ProcessGrid& grid,
