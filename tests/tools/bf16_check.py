@@ -2,7 +2,8 @@
 """train.precision = bf16 through the main executable (issue 16).
 
   bf16_check.py --wlb4d BIN --deck DECK --workdir DIR [--steps N] [--every S]
-                [--ranks R --mpiexec MPIEXEC] [--no-resume] [--key=value ...]
+                [--ranks R --mpiexec MPIEXEC] [--no-resume] [--concurrent]
+                [--key=value ...]
 
 Runs DECK for N steps in fp32 and in bf16 (checkpoint every S steps), then
   * bf16 really ran (its losses differ from fp32's) and the start-up line names
@@ -16,6 +17,8 @@ Runs DECK for N steps in fp32 and in bf16 (checkpoint every S steps), then
   * resume bf16 -> fp32 and fp32 -> bf16: steps S+1..N within 1e-2 relative of
     the uninterrupted run of the checkpoint's writer (only the GEMM rounding
     of the remaining steps differs).
+--concurrent starts the fp32 and the bf16 run at once (two processes, one per
+core; the 200-step check in scripts/test.sh) instead of one after the other.
 Exit 0 when all hold; prints one line per check.
 """
 import argparse
@@ -24,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 
 def losses(path):
@@ -36,16 +40,28 @@ def losses(path):
     return out
 
 
-def run(args, name, overrides):
+def start(args, name, overrides):
     cmd = [args.wlb4d, args.deck] + args.extra + overrides + [
         f"--log.csv_file={name}.csv", "--log.timing_file=", f"--train.steps={args.steps}"]
     if args.ranks > 1:
         cmd = [args.mpiexec, "-n", str(args.ranks)] + cmd
-    p = subprocess.run(cmd, cwd=args.workdir, capture_output=True, text=True, timeout=args.timeout)
-    log = p.stdout + p.stderr
+    return subprocess.Popen(cmd, cwd=args.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(args, name, p):
+    try:
+        log, _ = p.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        log, _ = p.communicate()
+        sys.exit(f"FAIL {name}: no exit within {args.timeout} s\n{log[-4000:]}")
     if p.returncode != 0:
         sys.exit(f"FAIL {name}: exit {p.returncode}\n{log[-4000:]}")
     return losses(os.path.join(args.workdir, f"{name}.csv")), log
+
+
+def run(args, name, overrides):
+    return finish(args, name, start(args, name, overrides))
 
 
 def main():
@@ -60,6 +76,7 @@ def main():
     ap.add_argument("--final-rtol", type=float, default=0.02)
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--concurrent", action="store_true")
     args, args.extra = ap.parse_known_args()  # the rest (--key=value) goes to wlb4d
     ok = True
 
@@ -68,17 +85,24 @@ def main():
         print(("ok   " if cond else "FAIL ") + what)
         ok = ok and cond
 
-    # Names carry the deck's stem: the ci-tiny and quickstart checks share a
-    # workdir and run in parallel under ctest -j.
-    tag = "bf16check-" + os.path.splitext(os.path.basename(args.deck))[0]
+    # Names carry the deck's stem and the step count: the ci-tiny, quickstart
+    # and quickstart-200 checks share a workdir and run in parallel under ctest -j.
+    tag = f"bf16check-{os.path.splitext(os.path.basename(args.deck))[0]}-{args.steps}"
     ck = {p: os.path.join(args.workdir, f"ck-{tag}-{p}") for p in ("fp32", "bf16")}
     for d in ck.values():
         shutil.rmtree(d, ignore_errors=True)
     runs = {}
+    t0 = time.monotonic()
     for p in ("fp32", "bf16"):
-        runs[p] = run(args, f"{tag}-{p}", [f"--train.precision={p}", f"--checkpoint.dir={ck[p]}",
-                                               f"--checkpoint.every={args.every}", "--checkpoint.keep=5",
-                                               "--checkpoint.resume=never"])
+        runs[p] = start(args, f"{tag}-{p}", [f"--train.precision={p}", f"--checkpoint.dir={ck[p]}",
+                                                 f"--checkpoint.every={args.every}", "--checkpoint.keep=5",
+                                                 "--checkpoint.resume=never"])
+        if not args.concurrent:
+            runs[p] = finish(args, f"{tag}-{p}", runs[p])
+    if args.concurrent:
+        runs = {p: finish(args, f"{tag}-{p}", q) for p, q in runs.items()}
+    print(f"     fp32 and bf16 runs: {time.monotonic() - t0:.0f} s"
+          + (" (concurrent)" if args.concurrent else " (one after the other)"))
     a, b = runs["fp32"][0], runs["bf16"][0]
     first, last = min(a), max(a)  # the CSV counts steps from 0
     check("bf16 GEMM:" in runs["bf16"][1] and "precision fp32" in runs["fp32"][1],

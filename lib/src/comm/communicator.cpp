@@ -7,6 +7,7 @@
 
 #include "wlb4d/comm/communicator.hpp"
 
+#include "wlb4d/core/bf16.hpp"
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 
@@ -340,6 +341,43 @@ template <class T> void Communicator::allreduce(T* data, std::size_t count, Redu
       MPI_Request req;
       const int rc = MPI_Iallreduce(MPI_IN_PLACE, data + off, n, type, mop, comm_, &req);
       if (rc != MPI_SUCCESS) check_rc(rc, fmt::format("MPI_Iallreduce({})", op_name(op)).c_str(), rank_, size_);
+      wait(req);
+    }
+  }
+}
+
+namespace {
+// MPI user reduction: inout[i] = bf16(fp32(in[i]) + fp32(inout[i])), RNE.
+void bf16_sum_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = core::float_to_bf16(core::bf16_to_float(a[i]) + core::bf16_to_float(b[i]));
+}
+MPI_Op bf16_sum_op() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    const int rc = MPI_Op_create(&bf16_sum_fn, /*commute=*/1, &o);
+    if (rc != MPI_SUCCESS) throw core::CommError("wlb::comm: MPI_Op_create(bf16 sum): " + mpi_error_text(rc));
+    return o;
+  }();
+  return op;
+}
+}  // namespace
+
+void Communicator::allreduce_bf16_sum(std::uint16_t* data, std::size_t count) const {
+  check_live("allreduce_bf16_sum");
+  const CommCpuScope cpu_scope;
+  const MPI_Op mop = bf16_sum_op();
+  const std::size_t lim = g_max_elems.load();
+  for (std::size_t off = 0; off < count; off += lim) {
+    const int n = static_cast<int>(std::min(lim, count - off));
+    if (wait_ == WaitMode::Block) {
+      const int rc = MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_UINT16_T, mop, comm_);
+      if (rc != MPI_SUCCESS) check_rc(rc, "MPI_Allreduce(bf16 sum)", rank_, size_);
+    } else {
+      MPI_Request req;
+      const int rc = MPI_Iallreduce(MPI_IN_PLACE, data + off, n, MPI_UINT16_T, mop, comm_, &req);
+      if (rc != MPI_SUCCESS) check_rc(rc, "MPI_Iallreduce(bf16 sum)", rank_, size_);
       wait(req);
     }
   }

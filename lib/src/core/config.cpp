@@ -304,6 +304,11 @@ const std::vector<KeySpec>& key_table() {
               "nonblocking once the backward has finished its tensors, overlapping the rest of the backward (0: one "
               "reduction after the backward)",
               at_least(0.0)),
+      WLB_KEY(std::string, comm, grad_reduce_dtype,
+              "DP x CP gradient all-reduce element type: fp32 | bf16 (bf16: each rank's fp32 gradient rounded to "
+              "bf16 before the all-reduce, half the bytes; every pairwise sum in fp32, rounded; widened to fp32 "
+              "after; one reduction after the backward, no buckets; needs train.precision=bf16 and parallel.zero=0)",
+              one_of({"fp32", "bf16"})),
       // [plan]
       WLB_KEY(std::string, plan, lengths, "wlb4d-plan: document lengths (JSON array file or HDF5 dataset)",
               any<std::string>()),
@@ -595,6 +600,14 @@ void validate(const Config& c) {
                      c.train.max_seq_len));
   if (!c.balance.calibrate && c.balance.cost_a == 0 && c.balance.cost_b == 0)
     fail("balance.calibrate=false needs balance.cost_a or balance.cost_b > 0 (the cost model)");
+  if (c.comm.grad_reduce_dtype == "bf16" && c.train.precision != "bf16")
+    fail(fmt::format("comm.grad_reduce_dtype=bf16 needs train.precision=bf16 (got train.precision={}): a bf16 "
+                     "reduction of an fp32 run would round gradients the run otherwise keeps exact",
+                     c.train.precision));
+  if (c.comm.grad_reduce_dtype == "bf16" && p.zero != 0)
+    fail(fmt::format("comm.grad_reduce_dtype=bf16 needs parallel.zero=0 (got parallel.zero={}): ZeRO-1's "
+                     "reduce-scatter has no bf16 variant",
+                     p.zero));
   if (c.log.trace_step > c.train.steps)
     fail(fmt::format("log.trace_step={} must be 0 (off) or <= train.steps={} (a step the run reaches)",
                      c.log.trace_step, c.train.steps));

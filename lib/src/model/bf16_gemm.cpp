@@ -59,7 +59,42 @@ void round_cols_bits(const float* src, std::int64_t ld, std::int64_t c0, std::in
       });
 }
 
+/// dst[t][c0 + j] = src[t][j] (to = true) or src[t][c0 + j] → dst[t][j]: a block of n columns of a row-major [T][ld].
+void copy_cols(const float* src, float* dst, std::int64_t ld, std::int64_t c0, std::int64_t T, std::int64_t n,
+               bool to) {
+  if (T == 0 || n == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::bf16_block_copy", MD2({0, 0}, {T, n}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t j) {
+        if (to) dst[t * ld + c0 + j] = src[t * n + j];
+        else dst[t * n + j] = src[t * ld + c0 + j];
+      });
+}
+
+/// bits[i] = float_to_bf16(x[i]), i < n.
+void store_bits(const float* x, std::int64_t n, bf16_bits* bits) {
+  if (n == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::bf16_store", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { bits[i] = core::float_to_bf16(x[i]); });
+}
+
+/// x[i] = bf16_to_float(bits[i]), i < n.
+void load_bits(const bf16_bits* bits, std::int64_t n, float* x) {
+  if (n == 0) return;
+  Kokkos::parallel_for(
+      "wlb::model::bf16_load", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { x[i] = core::bf16_to_float(bits[i]); });
+}
+
 }  // namespace bf16_detail
+
+void bf16_store(const View2<float>& x, bf16_bits* bits) {
+  bf16_detail::store_bits(x.data(), std::int64_t(x.extent(0) * x.extent(1)), bits);
+}
+
+void bf16_load(const bf16_bits* bits, const View2<float>& x) {
+  bf16_detail::load_bits(bits, std::int64_t(x.extent(0) * x.extent(1)), x.data());
+}
 
 Bf16Path bf16_gemm_path() { return sbgemm() ? Bf16Path::Sbgemm : Bf16Path::Widen; }
 
@@ -76,31 +111,41 @@ std::string bf16_gemm_summary() {
 
 int bf16_operand_bytes() { return bf16_gemm_path() == Bf16Path::Sbgemm ? 2 : 4; }
 
+int bf16_weight_bytes() { return bf16_gemm_path() == Bf16Path::Sbgemm ? 2 : 0; }
+
 Bf16Weight::Bf16Weight(std::int64_t rows, std::int64_t cols) : rows_(rows), cols_(cols) {
   if (bf16_gemm_path() == Bf16Path::Sbgemm)
     bits_ = View2<bf16_bits>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "model::bf16_weights"), rows, cols);
-  else
-    wide_ = View2<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "model::bf16_weights"), rows, cols);
 }
 
 void Bf16Weight::refresh(const View2<float>& master) {
   require(std::int64_t(master.extent(0)) == rows_ && std::int64_t(master.extent(1)) == cols_, "Bf16Weight::refresh",
           "master" + dims(master.extent(0), master.extent(1)) + " differs from the copy " + dims(rows_, cols_));
-  if (bits_.data())
+  if (bf16_gemm_path() == Bf16Path::Sbgemm)
     bf16_detail::round_cols_bits(master.data(), cols_, 0, rows_, cols_, bits_.data());
   else
-    bf16_detail::round_cols_wide(master.data(), cols_, 0, rows_, cols_, wide_.data());
+    master_ = master;  // Widen: the GEMMs round blocks of it (bf16_gemm.hpp)
 }
 
-Bf16Workspace::Bf16Workspace(std::int64_t a_elems, std::int64_t b_elems) : a_elems_(a_elems), b_elems_(b_elems) {
+Bf16Workspace::Bf16Workspace(std::int64_t a_elems, std::int64_t b_elems, std::int64_t w_elems, std::int64_t c_elems)
+    : a_elems_(a_elems), b_elems_(b_elems) {
   const auto alloc = [] { return Kokkos::view_alloc(Kokkos::WithoutInitializing, "model::bf16_operands"); };
   if (bf16_gemm_path() == Bf16Path::Sbgemm) {
     a_bits_ = View1<bf16_bits>(alloc(), a_elems);
     b_bits_ = View1<bf16_bits>(alloc(), b_elems);
   } else {
+    w_elems_ = w_elems;
+    c_elems_ = c_elems;
     a_wide_ = View1<float>(alloc(), a_elems);
     b_wide_ = View1<float>(alloc(), b_elems);
+    if (w_elems > 0) w_wide_ = View1<float>(alloc(), w_elems);
+    if (c_elems > 0) c_wide_ = View1<float>(alloc(), c_elems);
   }
+}
+
+Bf16Workspace Bf16Workspace::for_gemm(std::int64_t T, std::int64_t in, std::int64_t out) {
+  const std::int64_t n = std::min(out, kBf16Block);
+  return Bf16Workspace(T * std::max(in, n), T * in, n * in, out > kBf16Block ? T * n : 0);
 }
 
 namespace {
@@ -122,8 +167,15 @@ void run_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, 
     return;
   }
   const auto A = wide2(ws.a_wide(), a_rows, a_cols);
-  const auto B = w ? wide2(w->wide().data() + w_r0 * w->cols(), w_r1 - w_r0, w->cols())
-                   : wide2(ws.b_wide(), b_rows, b_cols);
+  if (w) {  // rows w_r0..w_r1 of the master, rounded into the weight block workspace
+    const std::int64_t n = w_r1 - w_r0;
+    require(n * w->cols() <= ws.w_elems(), "bf16 GEMM",
+            "weight block" + dims(n, w->cols()) + " exceeds the bf16 workspace of " + std::to_string(ws.w_elems()) +
+                " elements");
+    require(w->master().data() != nullptr || n * w->cols() == 0, "bf16 GEMM", "weight copy used before refresh()");
+    bf16_detail::round_cols_wide(w->master().data() + w_r0 * w->cols(), w->cols(), 0, n, w->cols(), ws.w_wide());
+  }
+  const auto B = w ? wide2(ws.w_wide(), w_r1 - w_r0, w->cols()) : wide2(ws.b_wide(), b_rows, b_cols);
   KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", 1.0f, A, B, beta, C);
 }
 
@@ -138,9 +190,27 @@ void bf16_linear_forward(const View2<float>& x, const Bf16Weight& w, const View2
   require(T * in <= ws.a_elems(), "bf16_linear_forward",
           "x" + dims(T, in) + " exceeds the bf16 workspace of " + std::to_string(ws.a_elems()) + " elements");
   if (T == 0) return;
-  if (ws.a_bits()) bf16_detail::round_cols_bits(x.data(), in, 0, T, in, ws.a_bits());
-  else bf16_detail::round_cols_wide(x.data(), in, 0, T, in, ws.a_wide());
-  run_gemm(false, true, T, out, in, ws, T, in, &w, 0, out, 0, 0, beta, y);
+  if (ws.a_bits()) {
+    bf16_detail::round_cols_bits(x.data(), in, 0, T, in, ws.a_bits());
+    run_gemm(false, true, T, out, in, ws, T, in, &w, 0, out, 0, 0, beta, y);
+    return;
+  }
+  bf16_detail::round_cols_wide(x.data(), in, 0, T, in, ws.a_wide());
+  if (out <= kBf16Block) {
+    run_gemm(false, true, T, out, in, ws, T, in, &w, 0, out, 0, 0, beta, y);
+    return;
+  }
+  // Widen, out > kBf16Block (the LM head): blocks of output columns through c_wide (LayoutRight for the BLAS).
+  require(T * kBf16Block <= ws.c_elems(), "bf16_linear_forward",
+          "y block" + dims(T, kBf16Block) + " exceeds the bf16 workspace of " + std::to_string(ws.c_elems()) +
+              " elements");
+  for (std::int64_t o0 = 0; o0 < out; o0 += kBf16Block) {
+    const std::int64_t n = std::min(kBf16Block, out - o0);
+    const auto Cb = wide2(ws.c_wide(), T, n);
+    if (beta != 0.0f) bf16_detail::copy_cols(y.data(), Cb.data(), out, o0, T, n, false);
+    run_gemm(false, true, T, n, in, ws, T, in, &w, o0, o0 + n, 0, 0, beta, Cb);
+    bf16_detail::copy_cols(Cb.data(), y.data(), out, o0, T, n, true);
+  }
 }
 
 void bf16_linear_backward_input(const Bf16Weight& w, const View2<float>& dy, const View2<float>& dx,

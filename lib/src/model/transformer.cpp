@@ -65,6 +65,9 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     throw std::invalid_argument("wlb::model::Transformer: stage TP shard " + std::to_string(stage.tp_rank) + "/" +
                                 std::to_string(stage.tp_size) + " differs from the TP communicator's rank " +
                                 std::to_string(tp.rank()) + "/" + std::to_string(tp.size()));
+  if (bf16 && !std::is_same<Scalar, float>::value)
+    throw std::invalid_argument("wlb::model::Transformer: bf16 GEMMs need Scalar = float");
+  bf16_ = bf16;  // before the workspace layout: bf16 stores xn1, xn2, act in 2 bytes
   const int p = tp.size();
   d_ = cfg.d_model;
   D_ = cfg.head_dim();
@@ -113,7 +116,7 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     for (int f = 0; f < kNumFields; ++f)
       if (keeps(rc_.back(), Field(f))) {
         field_off_[l][f] = stored;
-        stored += width_[f] * rows_[f];
+        stored += field_scalars(Field(f));
       }
   }
   // Only the fields some layer does not keep take room in rec_ (none with
@@ -124,12 +127,13 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     bool needed = false;
     for (int l = 0; l < nlayers_; ++l) needed = needed || field_off_[l][f] < 0;
     rec_off_[f] = rec;
-    if (needed) rec += width_[f] * rows_[f];
+    if (needed) rec += field_scalars(Field(f));
   }
   if (rec > 0) rec_ = View1<Scalar>("wlb::model::recompute", rec);
   // Stage top: output hidden (every stage), and final norm + logits (last);
   // the output hidden and the final norm are residual-region fields.
-  const std::vector<std::int64_t> top_n = {d_ * scap_, s.head ? scap_ : 0, s.head ? d_ * scap_ : 0,
+  const std::int64_t xnf = s.head ? (bf16_ ? (d_ * scap_ + 1) / 2 : d_ * scap_) : 0;  // bf16: 2-byte bits
+  const std::vector<std::int64_t> top_n = {d_ * scap_, s.head ? scap_ : 0, xnf,
                                            s.head ? vl_ * cap_ : 0, s.head ? cap_ : 0};
   top_off_.assign(kNumTop, 0);
   std::int64_t top = 0;
@@ -144,7 +148,8 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   // a row-parallel GEMM before its reduce-scatter (backward: the all-gathered
   // residual gradient, then the reduce-scattered norm-output gradient).
   const std::int64_t sp_w = sp_ ? d_ : 0;
-  const std::vector<std::int64_t> scr_w = {d_, d_, qd, kd, kd, qd, f_, f_, f_, 3, sp_w, sp_w};
+  const std::int64_t wide_w = bf16_ ? std::max(d_, f_) : 0;  // kWide: staging of the bf16-stored operands
+  const std::vector<std::int64_t> scr_w = {d_, d_, qd, kd, kd, qd, f_, f_, f_, 3, sp_w, sp_w, wide_w};
   scr_off_.assign(kNumScratch, 0);
   std::int64_t so = 0;
   for (int f = 0; f < kNumScratch; ++f) {
@@ -166,16 +171,13 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     for (Field f : {kXn1, kO, kXn2, kA, kH1, kQ, kK, kV, kG, kU})
       if (field_off_[l][f] < 0) {
         wst_off_[l][f] = wst_size_;
-        wst_size_ += width_[f] * rows_[f];
+        wst_size_ += field_scalars(f);
       }
   wslot_owner_.assign(std::size_t(weight_slots), -1);
   if (wst_size_ > 0) wst_ = View1<Scalar>("wlb::model::weight_grad_stash", wst_size_ * weight_slots);
   kvx_ = std::make_shared<KvExchange<Scalar>>();
   core_ = std::make_shared<CoreAttention<Scalar>>();
   if (bf16) {
-    if (!std::is_same<Scalar, float>::value)
-      throw std::invalid_argument("wlb::model::Transformer: bf16 GEMMs need Scalar = float");
-    bf16_ = true;
     bf16_w_.resize(params_.size());
     std::vector<std::size_t> gemm_w;
     for (const auto& L : lp_) {
@@ -185,15 +187,17 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
       for (std::size_t i : layer_w) gemm_w.push_back(i);
     }
     if (s.head) gemm_w.push_back(lm_head_);
-    std::int64_t out_max = 0;
+    std::int64_t out_max = 0, w_block = 0;
     for (std::size_t i : gemm_w) {
       const auto& P = params_[i];
       bf16_w_[i] = Bf16Weight(P.local_shape[0], P.local_shape[1]);
       out_max = std::max(out_max, P.local_shape[0]);
+      w_block = std::max(w_block, std::min(P.local_shape[0], kBf16Block) * P.local_shape[1]);
     }
     // Operand workspace (bf16_gemm.hpp): under SP the gathered T is C too.
     const std::int64_t wmax = std::max({d_, qd, f_});
-    bf16_ws_ = Bf16Workspace(cap_ * std::max(wmax, std::min(out_max, kBf16Block)), cap_ * wmax);
+    bf16_ws_ = Bf16Workspace(cap_ * std::max(wmax, std::min(out_max, kBf16Block)), cap_ * wmax, w_block,
+                             out_max > kBf16Block ? cap_ * kBf16Block : 0);
   }
 }
 
@@ -204,6 +208,50 @@ void Transformer<Scalar>::refresh_bf16_weights() {
       if (bf16_w_[i].rows() > 0) bf16_w_[i].refresh(params_[i].value2());
   }
   bf16_stale_ = false;
+}
+
+template <class Scalar>
+std::int64_t Transformer<Scalar>::field_scalars(Field f) const {
+  const std::int64_t n = width_[f] * rows_[f];
+  return half_field(f) ? (n + 1) / 2 : n;
+}
+
+namespace {
+template <class S>
+core::bf16_bits* bits_at(S* p) {  // a bf16-stored region of a Scalar workspace (never read as Scalar)
+  return reinterpret_cast<core::bf16_bits*>(p);
+}
+}  // namespace
+
+template <class Scalar>
+View2<Scalar> Transformer<Scalar>::staged(const Operand& op) const {
+  return v2(op.half ? scratch(kWide) : op.p, op.rows, op.cols);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::store(const Operand& op, const View2<Scalar>& staged_values) const {
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (op.half) bf16_store(staged_values, bits_at(op.p));
+  }
+}
+
+template <class Scalar>
+View2<Scalar> Transformer<Scalar>::widened(const Operand& op) const {
+  const auto x = staged(op);
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (op.half) bf16_load(bits_at(op.p), x);
+  }
+  return x;
+}
+
+template <class Scalar>
+void Transformer<Scalar>::keep_operand(Scalar* dst, const Operand& op) const {
+  if (dst == op.p) return;
+  const std::int64_t n = op.rows * op.cols;
+  if (op.half)
+    Kokkos::deep_copy(View1<core::bf16_bits>(bits_at(dst), n), View1<core::bf16_bits>(bits_at(op.p), n));
+  else
+    Kokkos::deep_copy(v1(dst, n), v1(op.p, n));
 }
 
 template <class Scalar>
@@ -411,11 +459,20 @@ void Transformer<Scalar>::set_kv_exchange(std::shared_ptr<KvExchange<Scalar>> x)
 template <class Scalar>
 typename Transformer<Scalar>::LayerViews Transformer<Scalar>::layer_views(int slot, int l, std::int64_t T) const {
   const std::int64_t Ts = residual_rows(T).second;  // residual/norm fields: this rank's tokens under SP
-  return {v2(field(slot, l, kXin), Ts, d_), v1(field(slot, l, kRstd1), Ts),      v2(field(slot, l, kXn1), Ts, d_),
-          v3(field(slot, l, kQ), T, hq_, D_), v3(field(slot, l, kK), T, hkv_, D_), v3(field(slot, l, kV), T, hkv_, D_),
-          v3(field(slot, l, kO), T, hq_, D_), v2(field(slot, l, kLse), hq_, T),    v2(field(slot, l, kH1), Ts, d_),
-          v1(field(slot, l, kRstd2), Ts),     v2(field(slot, l, kXn2), Ts, d_),    v2(field(slot, l, kG), T, f_),
-          v2(field(slot, l, kU), T, f_),      v2(field(slot, l, kA), T, f_)};
+  return {v2(field(slot, l, kXin), Ts, d_),
+          v1(field(slot, l, kRstd1), Ts),
+          operand(field(slot, l, kXn1), Ts, d_, half_field(kXn1)),
+          v3(field(slot, l, kQ), T, hq_, D_),
+          v3(field(slot, l, kK), T, hkv_, D_),
+          v3(field(slot, l, kV), T, hkv_, D_),
+          v3(field(slot, l, kO), T, hq_, D_),
+          v2(field(slot, l, kLse), hq_, T),
+          v2(field(slot, l, kH1), Ts, d_),
+          v1(field(slot, l, kRstd2), Ts),
+          operand(field(slot, l, kXn2), Ts, d_, half_field(kXn2)),
+          v2(field(slot, l, kG), T, f_),
+          v2(field(slot, l, kU), T, f_),
+          operand(field(slot, l, kA), T, f_, half_field(kA))};
 }
 
 template <class Scalar>
@@ -424,8 +481,10 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
   const LayerParams& P = lp_[std::size_t(l)];
   const std::int64_t Ts = residual_rows(T).second;
   const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
-  rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
-  const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;  // SP: operator g (all-gather)
+  const auto XN1f = staged(XN1);  // bf16: fp32 staging, rounded once into the saved bits
+  rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, XN1f, RSTD1);
+  store(XN1, XN1f);
+  const auto XN1g = sp_ ? allgather_tp(XN1f, T, kGath) : XN1f;  // SP: operator g (all-gather)
   lin_fwd(XN1g, P.wq, v2(Q3.data(), T, qd));
   lin_fwd(XN1g, P.wk, v2(K3.data(), T, kd));
   lin_fwd(XN1g, P.wv, v2(V3.data(), T, kd));
@@ -451,19 +510,23 @@ void Transformer<Scalar>::mlp_block_forward(int slot, int l, const MicroBatchInp
   const LayerParams& P = lp_[std::size_t(l)];
   const std::int64_t Ts = residual_rows(T).second;
   const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
-  rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
-  const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;  // SP: operator g
+  const auto XN2f = staged(XN2);
+  rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, XN2f, RSTD2);
+  store(XN2, XN2f);
+  const auto XN2g = sp_ ? allgather_tp(XN2f, T, kGath) : XN2f;  // SP: operator g
   lin_fwd(XN2g, P.w_gate, G2);
   lin_fwd(XN2g, P.w_up, U2);
-  swiglu_forward(G2, U2, T, A2);
+  const auto Af = staged(A2);  // bf16: the same staging buffer (XN2's GEMMs are done)
+  swiglu_forward(G2, U2, T, Af);
+  store(A2, Af);
   if (!down) return;  // recompute: the backward needs no layer output
   const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), Ts, d_);
   if (sp_) {  // operator ḡ
     const auto Y = v2(scratch(kFull), T, d_);
-    lin_fwd(A2, P.w_down, Y);
+    lin_fwd(Af, P.w_down, Y);
     reduce_scatter_tp(Y, T, XNEXT);
   } else {
-    lin_fwd(A2, P.w_down, XNEXT);
+    lin_fwd(Af, P.w_down, XNEXT);
     allreduce_tp(XNEXT);
   }
   add_inplace(XNEXT, H1, Ts);
@@ -482,9 +545,13 @@ void Transformer<Scalar>::recompute(int slot, int l, const MicroBatchInput& mb) 
     case Recompute::Selective: {
       const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
       const std::int64_t Ts = residual_rows(T).second;
-      rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, XN1, RSTD1);
-      rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, XN2, RSTD2);
-      swiglu_forward(G2, U2, T, A2);
+      // The forward's kernels and roundings: bit-identical fields.
+      rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, staged(XN1), RSTD1);
+      store(XN1, staged(XN1));
+      rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, staged(XN2), RSTD2);
+      store(XN2, staged(XN2));
+      swiglu_forward(G2, U2, T, staged(A2));
+      store(A2, staged(A2));
       return;
     }
   }
@@ -544,10 +611,12 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
   const auto XO = v2(top(slot, kXout), Ts, d_);
   if (s.head) {
     need(std::int64_t(mb.labels.extent(0)) >= T, "last stage needs labels");
-    const auto XNF = v2(top(slot, kXnF), Ts, d_);
+    const auto XNF = operand(top(slot, kXnF), Ts, d_, bf16_);
+    const auto XNFf = staged(XNF);
     const auto LOG = v2(top(slot, kLogits), T, vl_);
-    rmsnorm_forward(XO, Ts, params_[final_norm_].value, cfg_.norm_eps, XNF, v1(top(slot, kRstdF), Ts));
-    lin_fwd(sp_ ? allgather_tp(XNF, T, kGath) : XNF, lm_head_, LOG);  // SP: operator g
+    rmsnorm_forward(XO, Ts, params_[final_norm_].value, cfg_.norm_eps, XNFf, v1(top(slot, kRstdF), Ts));
+    store(XNF, XNFf);
+    lin_fwd(sp_ ? allgather_tp(XNFf, T, kGath) : XNFf, lm_head_, LOG);  // SP: operator g
     out.loss = cross_entropy_forward(LOG, mb.labels, T, v0_, tp_, v1(top(slot, kCeLse), T), v1(scratch(kCeScratch), 3 * T),
                                      vl_real_);
   } else {
@@ -641,11 +710,11 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     if (fused && tp_.size() > 1) {
       // TP overlap: dX's reduction (operator f, SP: ḡ) in flight during the dW GEMM.
       auto req = start_reduce_tp(DXN, T, DXNL);
-      lin_bw(sp_ ? allgather_tp(v2(top(slot, kXnF), Ts, d_), T, kGath) : v2(top(slot, kXnF), Ts, d_), LOG,
-             lm_head_);
+      const auto XNF = widened(operand(top(slot, kXnF), Ts, d_, bf16_));
+      lin_bw(sp_ ? allgather_tp(XNF, T, kGath) : XNF, LOG, lm_head_);
       finish_reduce_tp(req);
     } else {
-      if (fused) lin_bw(v2(top(slot, kXnF), Ts, d_), LOG, lm_head_);
+      if (fused) lin_bw(widened(operand(top(slot, kXnF), Ts, d_, bf16_)), LOG, lm_head_);
       reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
     }
     const auto& N = params_[final_norm_];
@@ -679,13 +748,13 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     {
       const auto DY = sp_ ? allgather_tp(DRES, T, kFull) : DRES;
       lin_bin(P.w_down, DY, DA2);
-      if (fused) lin_bw(A2, DY, P.w_down);
+      if (fused) lin_bw(widened(A2), DY, P.w_down);
     }
     swiglu_backward(G2, U2, DA2, T, DG2, DU2);
     if (!fused) keep_for_w(wf(kG), DG2);  // gate/up are dead after swiglu_backward
     if (!fused) keep_for_w(wf(kU), DU2);
-    if (!fused) keep_for_w(wf(kXn2), XN2);  // W's GEMM inputs (copied only if recompute keeps them in rec_)
-    if (!fused) keep_for_w(wf(kA), A2);
+    if (!fused) keep_operand(wf(kXn2), XN2);  // W's GEMM inputs (copied only if recompute keeps them in rec_)
+    if (!fused) keep_operand(wf(kA), A2);
     lin_bin(P.w_gate, DG2, DXN);
     lin_bin(P.w_up, DU2, DXN, Scalar(1));
     if (fused) {
@@ -693,7 +762,8 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
       // scatter) in flight during the dW GEMMs (Megatron's tp-comm-overlap).
       std::optional<comm::Request> req;
       if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
-      const auto XN2g = sp_ ? allgather_tp(XN2, T, kGath) : XN2;
+      const auto XN2w = widened(XN2);
+      const auto XN2g = sp_ ? allgather_tp(XN2w, T, kGath) : XN2w;
       lin_bw(XN2g, DG2, P.w_gate);
       lin_bw(XN2g, DU2, P.w_up);
       if (req) finish_reduce_tp(*req);
@@ -722,14 +792,15 @@ View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const Micr
     if (!fused) keep_for_w(wf(kQ), DQ3);  // q/k/v are dead after attention_backward
     if (!fused) keep_for_w(wf(kK), DK3);
     if (!fused) keep_for_w(wf(kV), DV3);
-    if (!fused) keep_for_w(wf(kXn1), XN1);
+    if (!fused) keep_operand(wf(kXn1), XN1);
     lin_bin(P.wq, v2(DQ3.data(), T, qd), DXN);
     lin_bin(P.wk, v2(DK3.data(), T, kd), DXN, Scalar(1));
     lin_bin(P.wv, v2(DV3.data(), T, kd), DXN, Scalar(1));
     if (fused) {  // as the MLP's: dX reduced while the QKV dW GEMMs run
       std::optional<comm::Request> req;
       if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
-      const auto XN1g = sp_ ? allgather_tp(XN1, T, kGath) : XN1;
+      const auto XN1w = widened(XN1);
+      const auto XN1g = sp_ ? allgather_tp(XN1w, T, kGath) : XN1w;
       lin_bw(XN1g, v2(DQ3.data(), T, qd), P.wq);
       lin_bw(XN1g, v2(DK3.data(), T, kd), P.wk);
       lin_bw(XN1g, v2(DV3.data(), T, kd), P.wv);
@@ -785,8 +856,8 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
   const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
   const std::int64_t Ts = residual_rows(T).second;
   // The GEMM inputs of the forward, all-gathered over TP again under SP.
-  auto gathered = [&](Scalar* p) {
-    const auto local = v2(p, Ts, d_);
+  auto gathered = [&](Scalar* p, bool half) {
+    const auto local = widened(operand(p, Ts, d_, half));
     return sp_ ? allgather_tp(local, T, kGath) : local;
   };
   // Row-parallel output gradients kept at Ts rows: all-gathered under SP.
@@ -795,18 +866,18 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
     return sp_ ? allgather_tp(local, T, kFull) : local;
   };
   if (params_.shard().head) {
-    lin_bw(gathered(top(slot, kXnF)), v2(top(slot, kLogits), T, vl_), lm_head_);
+    lin_bw(gathered(top(slot, kXnF), bf16_), v2(top(slot, kLogits), T, vl_), lm_head_);
     notify_grads_ready(std::int64_t(params_[final_norm_].offset));  // the final norm was done at B
   }
   for (int l = nlayers_ - 1; l >= 0; --l) {
     const LayerParams& P = lp_[std::size_t(l)];
     auto wf = [&](Field f) { return wfield(slot, wslot, l, f); };
-    lin_bw(v2(wf(kA), T, f_), gathered_dy(dout_field(slot, l)), P.w_down);
-    const auto XN2g = gathered(wf(kXn2));
+    lin_bw(widened(operand(wf(kA), T, f_, half_field(kA))), gathered_dy(dout_field(slot, l)), P.w_down);
+    const auto XN2g = gathered(wf(kXn2), half_field(kXn2));
     lin_bw(XN2g, v2(wf(kG), T, f_), P.w_gate);
     lin_bw(XN2g, v2(wf(kU), T, f_), P.w_up);
     lin_bw(v2(wf(kO), T, qd), gathered_dy(wf(kH1)), P.wo);
-    const auto XN1g = gathered(wf(kXn1));
+    const auto XN1g = gathered(wf(kXn1), half_field(kXn1));
     lin_bw(XN1g, v2(wf(kQ), T, qd), P.wq);
     lin_bw(XN1g, v2(wf(kK), T, kd), P.wk);
     lin_bw(XN1g, v2(wf(kV), T, kd), P.wv);

@@ -1,6 +1,7 @@
 // The optimizer step of one rank. See optimizer.hpp.
 #include "wlb4d/optim/optimizer.hpp"
 
+#include "wlb4d/core/bf16.hpp"
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/optim/adamw.hpp"
@@ -15,11 +16,44 @@
 
 namespace wlb::optim {
 
+// Kernels in free functions of a named namespace (nvcc: an extended lambda
+// needs an enclosing function with external linkage, not a private member).
+namespace grad_bf16_detail {
+void round_to_bits(const float* g, std::int64_t n, std::uint16_t* b) {
+  Kokkos::parallel_for(
+      "wlb::optim::grad_to_bf16", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { b[i] = core::float_to_bf16(g[i]); });
+}
+void widen_bits(const std::uint16_t* b, std::int64_t n, float* g) {
+  Kokkos::parallel_for(
+      "wlb::optim::grad_from_bf16", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { g[i] = core::bf16_to_float(b[i]); });
+}
+}  // namespace grad_bf16_detail
+
+namespace {
+constexpr bool kHostReadsMemSpace = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+using grad_bf16_detail::round_to_bits;
+using grad_bf16_detail::widen_bits;
+}  // namespace
+
 Optimizer::Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::ProcessGrid& grid,
-                     std::vector<model::ParamRegistry<float>*> chunks, int zero, double bucket_mib)
-    : cfg_(cfg), total_steps_(total_steps), grid_(grid), chunks_(std::move(chunks)), zero_(zero) {
+                     std::vector<model::ParamRegistry<float>*> chunks, int zero, double bucket_mib, bool bf16_reduce)
+    : cfg_(cfg), total_steps_(total_steps), grid_(grid), chunks_(std::move(chunks)), zero_(zero),
+      bf16_reduce_(bf16_reduce) {
   if (zero != 0 && zero != 1)
     throw core::ConfigError("parallel.zero=" + std::to_string(zero) + " must be 0 or 1");
+  if (bf16_reduce && zero != 0)
+    throw core::ConfigError("comm.grad_reduce_dtype=bf16 needs parallel.zero=0 (got parallel.zero=" +
+                            std::to_string(zero) + "): ZeRO-1's reduce-scatter has no bf16 variant");
+  if (bf16_reduce && grid_.dpcp().size() > 1) {
+    std::int64_t n = 0;
+    for (const auto* c : chunks_) n = std::max(n, c->local_numel());
+    red16_ = View1<std::uint16_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "optim::grad_bf16"), n);
+    if (!kHostReadsMemSpace)
+      red16_h_ = HostView1<std::uint16_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "optim::grad_bf16_host"), n);
+    bucket_mib = 0;  // one reduction after the backward
+  }
   if (!(bucket_mib >= 0))
     throw core::ConfigError("comm.bucket_mib=" + std::to_string(bucket_mib) + " must be >= 0");
   const int G = zero_ == 1 ? grid_.dpcp().size() : 1;
@@ -144,6 +178,22 @@ void Optimizer::reduce_gradients() {
   const double t0 = core::wall_seconds();
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const auto& g = chunks_[c]->grads();
+    if (bf16_reduce_) {
+      const std::int64_t n = std::int64_t(g.extent(0));
+      round_to_bits(g.data(), n, red16_.data());
+      Kokkos::fence();
+      if (kHostReadsMemSpace) {
+        grid_.dpcp().allreduce_bf16_sum(red16_.data(), std::size_t(n));
+      } else {  // device build without a bf16 NCCL path here: through the host copy
+        const auto d = Kokkos::subview(red16_, std::make_pair(std::int64_t(0), n));
+        const auto h = Kokkos::subview(red16_h_, std::make_pair(std::int64_t(0), n));
+        Kokkos::deep_copy(h, d);
+        grid_.dpcp().allreduce_bf16_sum(h.data(), std::size_t(n));
+        Kokkos::deep_copy(d, h);
+      }
+      widen_bits(red16_.data(), n, g.data());
+      continue;
+    }
     if (zero_ == 0) {
       grid_.dpcp().allreduce(g);
     } else {  // in place: the owned range receives the sum

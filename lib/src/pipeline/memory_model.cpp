@@ -116,12 +116,15 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   const double s = e.slots;
 
   const double width[kNumFields] = {d, 1, d, qd, kd, kd, qd, hq, d, 1, d, F, F, F};
-  auto field_bytes = [&](int f) { return width[f] * (sp && residual_region(f) ? C_sp : C) * b; };
-  double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
-  // train.precision = bf16: weight copies and the operand workspace (bf16_gemm.hpp).
+  // train.precision = bf16: weight copies and the operand workspace (bf16_gemm.hpp);
+  // the GEMM-only saved operands xn1, xn2, act (and the final-norm output) in 2 bytes (transformer.hpp).
   const bool bf16 = cfg.train.precision == "bf16";
+  auto elem_bytes = [&](int f) { return bf16 && (f == kXn1 || f == kXn2 || f == kA) ? 2.0 : b; };
+  auto field_bytes = [&](int f) { return width[f] * (sp && residual_region(f) ? C_sp : C) * elem_bytes(f); };
+  double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
   const double bb = opt.bf16_operand_bytes > 0 ? opt.bf16_operand_bytes : model::bf16_operand_bytes();
-  double bf16_w = 0, bf16_ws = 0;
+  const bool widen = bb == 4;  // no weight copies; weight-row and output-column blocks instead (bf16_gemm.hpp)
+  double bf16_w = 0, bf16_ws = 0, chunk_max = 0;
   const double wslots = weight_stashes(par, pp_rank, m);
   std::string kept;
   for (int vs = 0; vs < v; ++vs) {
@@ -132,11 +135,21 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     const double layer_params = 2 * d + 2 * qd * d + 2 * kd * d + 3 * F * d;
     const double P = nl * layer_params + (embedding ? V * d : 0) + (head ? d + V * d : 0);
     params += P;
+    chunk_max = std::max(chunk_max, P);
     if (bf16) {
-      bf16_w += (nl * (2 * qd * d + 2 * kd * d + 3 * F * d) + (head ? V * d : 0)) * bb;
+      const double blk = model::kBf16Block;
+      if (!widen) bf16_w += (nl * (2 * qd * d + 2 * kd * d + 3 * F * d) + (head ? V * d : 0)) * bb;
       const double wmax = std::max({d, qd, F});
       const double out_max = std::max(nl > 0 ? std::max({qd, kd, d, F}) : 0.0, head ? V : 0.0);
-      bf16_ws += C * (std::max(wmax, std::min(out_max, double(model::kBf16Block))) + wmax) * bb;
+      bf16_ws += C * (std::max(wmax, std::min(out_max, blk)) + wmax) * bb;
+      if (widen) {  // a rounded block of weight rows; the LM head's block of output columns
+        const double w_block = std::max({nl > 0 ? std::max({std::min(qd, blk) * d, std::min(kd, blk) * d,
+                                                             std::min(d, blk) * qd, std::min(F, blk) * d,
+                                                             std::min(d, blk) * F})
+                                                : 0.0,
+                                         head ? std::min(V, blk) * d : 0.0});
+        bf16_ws += (w_block + (out_max > blk ? C * blk : 0.0)) * bb;
+      }
     }
     moments += 2 * (par.zero == 1 ? std::ceil(P / G) : P);
     // Layers that recompute: the first recompute_layers local ones (0: all).
@@ -146,7 +159,7 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     for (int f = 0; f < kNumFields; ++f) {
       const bool k = keeps(mc.recompute, f);
       stored += ((nl - n_rc) + (k ? n_rc : 0)) * field_bytes(f);
-      if (!k && n_rc > 0) rec_c += width[f] * C * b;  // rec_ is sized C (transformer.cpp)
+      if (!k && n_rc > 0) rec_c += width[f] * C * elem_bytes(f);  // rec_ is sized C (transformer.cpp)
       // ZB-H1 W stashes: the W operands a recomputed layer does not keep.
       const bool w_operand = f == kXn1 || f == kO || f == kXn2 || f == kA || f == kH1 || f == kQ || f == kK ||
                              f == kV || f == kG || f == kU;
@@ -154,10 +167,10 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     }
     wstash += wslots * wst_c;
     // Stage top: x_out (every chunk); last chunk: rstd_f, xn_f, logits, ce_lse.
-    const double top = d * C_sp * b + (head ? (1 + d) * C_sp * b + (V + 1) * C * b : 0);
+    const double top = d * C_sp * b + (head ? C_sp * b + d * C_sp * (bf16 ? 2.0 : b) + (V + 1) * C * b : 0);
     acts += s * (stored + top);
     rec += rec_c;
-    grad_ws += (2 * d + 2 * qd + 2 * kd + 3 * F + 3) * C * b;
+    grad_ws += (2 * d + 2 * qd + 2 * kd + 3 * F + 3 + (bf16 ? std::max(d, F) : 0.0)) * C * b;  // bf16: + kWide
     // Per-micro-batch p2p buffers (executor.cpp: grow-only, one per mb).
     const double C_p2p = sp ? std::ceil(C_cp / tp) : C_cp;
     const int nbuf = (p > 1 ? (c > 0) + (c < p * v - 1) : 0) + (c > 0);
@@ -175,14 +188,21 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
                                  kept, mc.recompute_layers > 0 ? " in recomputed layers" : "")});
   if (bf16) {
     e.terms.push_back({"bf16_weights", bf16_w,
-                       fmt::format("model::bf16_weights: bf16 copies of the GEMM weights ({} B/element, {} path)", bb,
-                                   bb == 2 ? "sbgemm" : "widen")});
+                       widen ? std::string("model::bf16_weights: none on the widen path (blocks rounded from the "
+                                           "master into bf16_operands)")
+                             : fmt::format("model::bf16_weights: bf16 copies of the GEMM weights ({} B/element, "
+                                           "sbgemm path)", bb)});
     e.terms.push_back({"bf16_operands", bf16_ws, "model::bf16_operands: rounded GEMM operands (bf16_gemm.hpp)"});
   }
+  if (cfg.comm.grad_reduce_dtype == "bf16" && G > 1)
+    e.terms.push_back({"grad_reduce_bf16", chunk_max * 2,
+                       "optim::grad_bf16: the largest chunk's gradient in bf16 for comm.grad_reduce_dtype=bf16"});
   e.terms.push_back({"recompute_workspace", rec, "model::recompute (one layer's dropped fields)"});
   if (wstash > 0)
     e.terms.push_back({"weight_grad_stash", wstash, "model::weight_grad_stash: ZB-H1's delayed-W operands of recomputed layers"});
-  e.terms.push_back({"grad_workspace", grad_ws, "model::grad_scratch (dres dxn dq dk dv do da dg du ce)"});
+  e.terms.push_back({"grad_workspace", grad_ws,
+                     bf16 ? "model::grad_scratch (dres dxn dq dk dv do da dg du ce, bf16 staging)"
+                          : "model::grad_scratch (dres dxn dq dk dv do da dg du ce)"});
   if (sp) e.terms.push_back({"sp_gather", 2 * C * d * b * v, "SP all-gathered norm output and its gradient"});
   if (cp > 1) e.terms.push_back({"cp_kv_buffers", 5 * C * kd * b, "cp_kv: gathered K, V, dK, dV, temp"});
   {

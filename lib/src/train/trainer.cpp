@@ -250,7 +250,12 @@ struct Trainer::Impl {
     }
     std::vector<model::ParamRegistry<float>*> regs;
     for (auto& chunk : exec->chunks()) regs.push_back(&chunk->params());
-    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero, c.comm.bucket_mib);
+    const bool bf16_reduce = c.comm.grad_reduce_dtype == "bf16";
+    opt = std::make_unique<optim::Optimizer>(c.optim, c.train.steps, g, regs, c.parallel.zero, c.comm.bucket_mib,
+                                             bf16_reduce);
+    if (bf16_reduce && g.dpcp().size() > 1 && g.rank() == 0)
+      spdlog::info("DP x CP gradient reduction in bf16 (comm.grad_reduce_dtype=bf16): rounded before the all-reduce, "
+               "pairwise sums in fp32, one reduction after the backward (comm.bucket_mib ignored)");
     // Bucketed DP reduction: buckets start during the backward (optimizer.hpp).
     if (c.comm.bucket_mib > 0 && g.dpcp().size() > 1) {
       pipeline::GradHooks hooks;

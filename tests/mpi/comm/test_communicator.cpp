@@ -2,11 +2,13 @@
 // Every expected value is computed serially from the rank formula that
 // generated the inputs.
 #include "wlb4d/comm/communicator.hpp"
+#include "wlb4d/core/bf16.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/types.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -65,6 +67,37 @@ TEST_P(CommTest, AllreduceSumMaxMin) {
   EXPECT_EQ(c.allreduce_value<std::int32_t>(-me, ReduceOp::Min), -(R - 1));
   EXPECT_EQ(c.allreduce_value<std::uint64_t>(std::uint64_t(me) << 33, ReduceOp::Max), std::uint64_t(R - 1) << 33);
   EXPECT_EQ(c.allreduce_value<unsigned char>(static_cast<unsigned char>(me + 1), ReduceOp::Max), R);
+}
+
+// comm.grad_reduce_dtype = bf16 (issue 16): against the conversion of
+// core/bf16.hpp applied to the known addends. 2 ranks: exactly
+// round(fp32(a) + fp32(b)); any size: within one rounding per addend of the
+// exact sum, and equal on every rank.
+TEST_P(CommTest, AllreduceBf16SumIsTheRoundedFp32Sum) {
+  const int n = 777, R = c.size(), me = c.rank();
+  auto value = [](int r, int i) { return float((i % 13) - 6) * 0.37f + float(r) * 1.0e-3f * float(i + 1); };
+  std::vector<std::uint16_t> b(n);
+  for (int i = 0; i < n; ++i) b[i] = wlb::core::float_to_bf16(value(me, i));
+  c.allreduce_bf16_sum(b.data(), b.size());
+  std::vector<float> mine(n), all(std::size_t(n) * R);  // bf16 → fp32 is exact
+  for (int i = 0; i < n; ++i) mine[i] = wlb::core::bf16_to_float(b[i]);
+  c.allgather(mine.data(), all.data(), mine.size());
+  for (int i = 0; i < n; ++i) {
+    double exact = 0, mag = 0;
+    for (int r = 0; r < R; ++r) {
+      const double x = wlb::core::bf16_to_float(wlb::core::float_to_bf16(value(r, i)));
+      exact += x;
+      mag += std::abs(x);
+    }
+    const float got = wlb::core::bf16_to_float(b[i]);
+    for (int r = 0; r < R; ++r) ASSERT_EQ(all[std::size_t(r) * n + i], got) << "element " << i << " rank " << r;
+    if (R == 1) ASSERT_EQ(b[i], wlb::core::float_to_bf16(value(0, i))) << i;
+    if (R == 2)
+      ASSERT_EQ(b[i], wlb::core::float_to_bf16(float(wlb::core::bf16_to_float(wlb::core::float_to_bf16(value(0, i))) +
+                                                     wlb::core::bf16_to_float(wlb::core::float_to_bf16(value(1, i))))))
+          << i;
+    ASSERT_LE(std::abs(double(got) - exact), R * wlb::core::kBf16UnitRoundoff * mag + 1e-30) << i;
+  }
 }
 
 TEST_P(CommTest, AllreduceKokkosViewAndLarge) {

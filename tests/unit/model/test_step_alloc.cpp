@@ -39,7 +39,7 @@ std::vector<token_t> ids(std::int64_t T, std::int64_t V, std::mt19937_64& rng) {
 
 /// One model, two micro-batches per step. split: B of both, then their W's
 /// (the split backward of zero-bubble schedules, W stashes in use under recompute).
-static void expect_no_step_allocations(bool split, const char* recompute) {
+static void expect_no_step_allocations(bool split, const char* recompute, bool bf16 = false) {
   core::ModelConfig c;
   c.recompute = recompute;
   c.layers = 2;
@@ -51,7 +51,7 @@ static void expect_no_step_allocations(bool split, const char* recompute) {
   c.norm_eps = 1e-5;
   c.init_std = 0.02;
   const std::int64_t vocab = 101;
-  Transformer<float> model(c, vocab, ModelShard{}, comm::Communicator(), 2, 160, false, split ? 2 : 1);
+  Transformer<float> model(c, vocab, ModelShard{}, comm::Communicator(), 2, 160, false, split ? 2 : 1, bf16);
   model.params().init_parameters(7);
   const auto& values = model.params().values();
   const auto& grads = model.params().grads();
@@ -104,4 +104,14 @@ TEST(ModelStepAlloc, SplitBackwardWithDelayedWeightAllocatesNothing) {
   expect_no_step_allocations(true, "none");
   expect_no_step_allocations(true, "selective");
   expect_no_step_allocations(true, "full");
+}
+
+// Issue 16: train.precision = bf16 (weight copies refreshed after each update,
+// the 2-byte stored operands and their fp32 staging, the rounded-operand
+// workspace) allocates nothing in the step either, fused and split.
+TEST(ModelStepAlloc, Bf16StepAllocatesNothing) {
+  expect_no_step_allocations(false, "none", true);
+  expect_no_step_allocations(true, "none", true);
+  expect_no_step_allocations(true, "full", true);
+  expect_no_step_allocations(false, "selective", true);
 }

@@ -136,6 +136,14 @@ class Communicator {
 
   // ---- raw-pointer core (count in elements) ------------------------------------
   template <class T> void allreduce(T* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const;
+  /// In-place sum of bf16 values (their bits, core/bf16.hpp; host buffers):
+  /// a user MPI_Op on MPI_UINT16_T whose every pairwise sum is formed in fp32
+  /// and rounded to nearest even, so with 2 ranks the result is
+  /// round(a + b), with more the order of MPI's reduction tree decides the
+  /// roundings (identical on every rank: MPI's result is one buffer). Half
+  /// the bytes of an fp32 allreduce (the gradient reduction option
+  /// comm.grad_reduce_dtype = bf16).
+  void allreduce_bf16_sum(std::uint16_t* data, std::size_t count) const;
   template <class T> void broadcast(T* data, std::size_t count, int root) const;
   /// Gathers `count` elements from every rank into recv (size()*count), rank order.
   template <class T> void allgather(const T* send, T* recv, std::size_t count) const;

@@ -150,6 +150,10 @@ struct CommConfig {
   /// starts as soon as the backward has finished it (0: one reduction after
   /// the backward). 25 as PyTorch DDP's bucket_cap_mb; optim/optimizer.hpp.
   double bucket_mib = 25;
+  /// DP×CP gradient reduction: fp32, or bf16 (rounded before the all-reduce,
+  /// half the bytes; sums in fp32, widened after; needs train.precision=bf16
+  /// and parallel.zero=0). optim/optimizer.hpp.
+  std::string grad_reduce_dtype = "fp32";
 };
 
 /// [plan] the cluster-scale simulator wlb4d-plan (no MPI run needed). It

@@ -79,10 +79,19 @@
 /// Everything else stays fp32: the residual stream and its gradient, the
 /// RMSNorm statistics, RoPE (angles in double), the attention kernel
 /// (softmax max/sum, LSE), SwiGLU, the cross-entropy and the loss. Stored
-/// activations stay fp32 (4 bytes; rounding happens at the GEMM). Extra
-/// memory: the weight copies (GEMM parameters × bf16_operand_bytes(), label
-/// model::bf16_weights) and the operand workspace of bf16_gemm.hpp
-/// (model::bf16_operands).
+/// activations: the saved tensors the backward reads only as a GEMM operand
+/// (dW = Xᵀ·dY) — the norm outputs xn1, xn2, the final-norm output and the
+/// SwiGLU product act — are kept as 2-byte bf16 bits (rounded once, in the
+/// forward, from an fp32 staging buffer; the backward widens them exactly),
+/// so a slot holds (2·d + F_l)·C·2 bytes fewer per layer. The rest stays
+/// fp32: x_in and h1 (the residual stream, RMSNorm backward inputs), the
+/// RMSNorm statistics, q, k, v, o and lse (the attention kernel is fp32 only
+/// and its backward reads o for rowsum(dO∘O)), gate and up (SwiGLU backward),
+/// the logits. Numbers are bit-identical to rounding an fp32 copy at the GEMM
+/// (round(widen(round(x))) = round(x)). Extra memory: the weight copies
+/// (label model::bf16_weights, see bf16_gemm.hpp), the operand workspace of
+/// bf16_gemm.hpp (model::bf16_operands) and one fp32 staging buffer
+/// [C][max(d, F_l)] (in model::grad_scratch).
 ///
 /// Split backward (zero-bubble pipelines; Qi et al., "Zero Bubble Pipeline
 /// Parallelism", ICLR 2024, arXiv 2401.10241, §2): backward_input (B) computes
@@ -364,21 +373,44 @@ class Transformer {
   // Field order of one layer's saved activations (see workspace layout in .cpp).
   enum Field { kXin, kRstd1, kXn1, kQ, kK, kV, kO, kLse, kH1, kRstd2, kXn2, kG, kU, kA, kNumFields };
   enum Top { kXout, kRstdF, kXnF, kLogits, kCeLse, kNumTop };
-  enum Scratch { kDres, kDxn, kDq, kDk, kDv, kDo, kDa, kDg, kDu, kCeScratch, kGath, kFull, kNumScratch };
+  // kWide (bf16 only): fp32 staging of a bf16-stored GEMM operand (see the file comment).
+  enum Scratch { kDres, kDxn, kDq, kDk, kDv, kDo, kDa, kDg, kDu, kCeScratch, kGath, kFull, kWide, kNumScratch };
   struct LayerParams {
     std::size_t attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
   };
 
+  /// A saved GEMM input [rows][cols] (LayoutRight) at p: fp32, or under bf16
+  /// (half) its bf16 bits in the first rows·cols·2 bytes of the region.
+  struct Operand {
+    Scalar* p = nullptr;
+    std::int64_t rows = 0, cols = 0;
+    bool half = false;
+  };
   /// One layer's saved activations of a slot for T tokens, in Field order.
   struct LayerViews {
     View2<Scalar> x_in;
     View1<Scalar> rstd1;
-    View2<Scalar> xn1;
+    Operand xn1;
     View3<Scalar> q, k, v, o;
     View2<Scalar> lse, h1;
     View1<Scalar> rstd2;
-    View2<Scalar> xn2, gate, up, act;
+    Operand xn2;
+    View2<Scalar> gate, up;
+    Operand act;
   };
+  /// Whether field f is stored as bf16 bits (xn1, xn2, act under bf16).
+  bool half_field(Field f) const { return bf16_ && (f == kXn1 || f == kXn2 || f == kA); }
+  /// Scalars a field (or W-stash copy) of width·rows elements occupies: half of it when stored in bf16.
+  std::int64_t field_scalars(Field f) const;
+  Operand operand(Scalar* p, std::int64_t rows, std::int64_t cols, bool half) const { return {p, rows, cols, half}; }
+  /// Where the forward's kernel writes op in fp32: op itself, or (half) the kWide staging buffer.
+  View2<Scalar> staged(const Operand& op) const;
+  /// Half: rounds the staged fp32 values (round to nearest even) into op's bits. No-op otherwise.
+  void store(const Operand& op, const View2<Scalar>& staged_values) const;
+  /// op in fp32 for a GEMM: op itself, or (half) its bits widened into kWide.
+  View2<Scalar> widened(const Operand& op) const;
+  /// keep_for_w for an operand: copies op (its bits when half) to dst unless it is already there.
+  void keep_operand(Scalar* dst, const Operand& op) const;
   LayerViews layer_views(int slot, int l, std::int64_t T) const;
   static Recompute recompute_mode(const core::ModelConfig& cfg, int local_layer);
   static bool keeps(Recompute r, Field f);

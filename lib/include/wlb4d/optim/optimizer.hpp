@@ -50,6 +50,18 @@
 /// requires. Each element is the same sum of the same dp·cp addends as the
 /// unbucketed reduction; only the collective's internal order may differ
 /// with its size (bit-identical on a group of 2).
+///
+/// bf16 reduction (comm.grad_reduce_dtype = bf16, zero = 0 only): after the
+/// backward each chunk's fp32 gradient sum (micro-batches accumulated in
+/// fp32) is rounded to bf16 (round to nearest even) into a 2-byte buffer,
+/// all-reduced with comm::Communicator::allreduce_bf16_sum (each pairwise sum
+/// in fp32, then rounded: half the bytes of the fp32 all-reduce) and widened
+/// back into the fp32 gradient, on which norm, clipping and AdamW run in
+/// fp32. One reduction after the backward (no buckets). Error: relative
+/// ≈ 2^-8 per element per rounding (the ranks' addends, then each sum), the
+/// bf16 noise of the GEMM gradients themselves. The option halves DP×CP
+/// bytes where the network is the limit (Megatron-LM's --grad-reduce-in-bf16;
+/// the default stays fp32).
 
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/config.hpp"
@@ -83,8 +95,11 @@ class Optimizer {
   ///        elements or more (the collectives count in int).
   /// \param bucket_mib comm.bucket_mib: bucket size (MiB of fp32 gradient,
   ///        >= 0; 0: one blocking reduction per chunk in reduce_gradients()).
+  /// \param bf16_reduce comm.grad_reduce_dtype = bf16 (see the file comment;
+  ///        ignores bucket_mib). \throws core::ConfigError with zero = 1.
   Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::ProcessGrid& grid,
-            std::vector<model::ParamRegistry<float>*> chunks, int zero = 0, double bucket_mib = 0);
+            std::vector<model::ParamRegistry<float>*> chunks, int zero = 0, double bucket_mib = 0,
+            bool bf16_reduce = false);
 
   /// Elements [from, N_c) of chunk c's gradient buffer are final for this
   /// step: starts every not yet started bucket of chunk c that lies wholly in
@@ -163,6 +178,9 @@ class Optimizer {
   std::vector<std::size_t> next_bucket_;      // per chunk: buckets started this step
   std::vector<comm::Request> inflight_;
   double dp_in_flight_s_ = 0, dp_exposed_s_ = 0;
+  bool bf16_reduce_ = false;
+  View1<std::uint16_t> red16_;       // bf16 reduction: the largest chunk's gradient in bf16 bits
+  HostView1<std::uint16_t> red16_h_;  // its host copy where MPI cannot read MemSpace
   core::OptimConfig cfg_;
   int total_steps_ = 0;
   const grid::ProcessGrid& grid_;

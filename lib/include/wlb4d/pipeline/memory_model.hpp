@@ -32,9 +32,12 @@
 ///                       top: x_out d, last stage + rstd_f 1, xn_f d, logits
 ///                       V_l, ce_lse 1. Under SP the residual-region fields
 ///                       (x_in, rstd1, xn1, h1, rstd2, xn2, x_out, rstd_f,
-///                       xn_f) hold C_sp tokens, the others C.
-///   recompute_workspace C·b·Σ widths of the fields some layer drops  [model::recompute]
-///   grad_workspace      C·b·(2d + 2qd + 2kd + 3F_l + 3)  [model::grad_scratch]
+///                       xn_f) hold C_sp tokens, the others C. Under bf16
+///                       xn1, xn2, act and xn_f are 2 bytes per element
+///                       (their bf16 bits), the rest b.
+///   recompute_workspace C·Σ widths·bytes of the fields some layer drops  [model::recompute]
+///   grad_workspace      C·b·(2d + 2qd + 2kd + 3F_l + 3), bf16: + C·b·max(d, F_l)
+///                       (the fp32 staging of the 2-byte operands)  [model::grad_scratch]
 ///   sp_gather           SP: 2·C·d·b (all-gathered norm output and its
 ///                       gradient before the column-parallel GEMMs; a model
 ///                       until the SP branch measures it)
@@ -43,11 +46,17 @@
 ///                       micro-batch: recv_act (chunks c > 0, pp > 1),
 ///                       recv_grad (c < last, pp > 1), send_grad (c > 0);
 ///                       C_p2p = C_cp, ⌈C_cp/tp⌉ under SP  [pp_recv, pp_send_grad]
-///   bf16_weights        train.precision = bf16: P_mm,c·b16 (the chunk's GEMM
-///                       weights: layers·(2qd·d + 2kd·d + 3F_l·d) + V_l·d on
-///                       the last chunk), b16 = 2 (sbgemm) or 4 (widen) [model::bf16_weights]
+///   bf16_weights        train.precision = bf16, sbgemm path: P_mm,c·2 (the
+///                       chunk's GEMM weights: layers·(2qd·d + 2kd·d + 3F_l·d)
+///                       + V_l·d on the last chunk); 0 on the widen path (no
+///                       copies, bf16_gemm.hpp) [model::bf16_weights]
 ///   bf16_operands       bf16: C·(max(d, qd, F_l, min(out_max, 4096)) + max(d, qd, F_l))·b16,
-///                       out_max the widest GEMM output of the chunk (V_l with the head) [model::bf16_operands]
+///                       out_max the widest GEMM output of the chunk (V_l with
+///                       the head), b16 = 2 (sbgemm) or 4 (widen); widen also
+///                       max over the chunk's weights of min(rows, 4096)·cols·4
+///                       and, if out_max > 4096, C·4096·4 [model::bf16_operands]
+///   grad_reduce_bf16    comm.grad_reduce_dtype = bf16 and dp·cp > 1: max_c P_c·2
+///                       (the bf16 copy of the largest chunk's gradient) [optim::grad_bf16]
 ///   batch_inputs        m·5·C_cp·4 (int32 ids, labels, positions, kv_lo,
 ///                       kv_hi) + cp > 1: m·C·4 (cp_perm)
 /// The sum is the predicted peak: the workspaces are allocated once at
