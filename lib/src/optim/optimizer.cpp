@@ -39,8 +39,8 @@ using grad_bf16_detail::widen_bits;
 
 Optimizer::Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::ProcessGrid& grid,
                      std::vector<model::ParamRegistry<float>*> chunks, int zero, double bucket_mib, bool bf16_reduce)
-    : cfg_(cfg), total_steps_(total_steps), grid_(grid), chunks_(std::move(chunks)), zero_(zero),
-      bf16_reduce_(bf16_reduce) {
+    : bf16_reduce_(bf16_reduce), cfg_(cfg), total_steps_(total_steps), grid_(grid), chunks_(std::move(chunks)),
+      zero_(zero) {
   if (zero != 0 && zero != 1)
     throw core::ConfigError("parallel.zero=" + std::to_string(zero) + " must be 0 or 1");
   if (bf16_reduce && zero != 0)

@@ -91,11 +91,14 @@ TEST_P(CommTest, AllreduceBf16SumIsTheRoundedFp32Sum) {
     }
     const float got = wlb::core::bf16_to_float(b[i]);
     for (int r = 0; r < R; ++r) ASSERT_EQ(all[std::size_t(r) * n + i], got) << "element " << i << " rank " << r;
-    if (R == 1) ASSERT_EQ(b[i], wlb::core::float_to_bf16(value(0, i))) << i;
-    if (R == 2)
+    if (R == 1) {
+      ASSERT_EQ(b[i], wlb::core::float_to_bf16(value(0, i))) << i;
+    }
+    if (R == 2) {
       ASSERT_EQ(b[i], wlb::core::float_to_bf16(float(wlb::core::bf16_to_float(wlb::core::float_to_bf16(value(0, i))) +
                                                      wlb::core::bf16_to_float(wlb::core::float_to_bf16(value(1, i))))))
           << i;
+    }
     ASSERT_LE(std::abs(double(got) - exact), R * wlb::core::kBf16UnitRoundoff * mag + 1e-30) << i;
   }
 }
