@@ -91,6 +91,12 @@ class CoreAttentionExchange final : public CoreAttention<float> {
   /// Whether the bound layout (if any) moves anything.
   bool bound_moves() const;
 
+  /// Same contract as CoreAttention (transformer.hpp). Collective over the
+  /// group whenever the bound layout has moves on any rank.
+  /// \throws std::logic_error if q has another row count than the bound
+  ///         layout's T; std::invalid_argument from the attention kernel on
+  ///         inconsistent extents or from a count above INT_MAX floats;
+  ///         core::CommError (watchdog included) from the exchange.
   void forward(int layer, int slot, const View3<float>& q, const View3<float>& k, const View3<float>& v,
                const View1<const std::int32_t>& kv_lo, const View1<const std::int32_t>& kv_hi, float scale,
                const View3<float>& out, const View2<float>& lse) override;

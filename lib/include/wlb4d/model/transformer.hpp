@@ -203,6 +203,8 @@ class KvExchange {
 /// dv [S][Hkv_l][D] (gathered under CP); lse [Hq_l][T]; kv_lo, kv_hi [T].
 /// Every rank of a group calls forward/backward for the same (layer, slot)
 /// in the same order (the schedule guarantees it; recompute re-runs forward).
+/// Errors: the default throws what attention_forward/backward throw
+/// (std::invalid_argument on inconsistent extents).
 template <class Scalar>
 class CoreAttention {
  public:
