@@ -134,6 +134,24 @@ std::int64_t pack_rows(const std::vector<CaLayout::Rows>& ranges, const View3<fl
   }
   return o;
 }
+/// Calls f(in, ret, nq, nk, kv_lo, kv_hi) for every source rank with imported
+/// blocks: its section of the receive buffer, of the return buffer, its query
+/// and key rows and its imported queries' key ranges.
+template <class F>
+void for_each_import(const CaLayout& L, const std::vector<int>& rc, const std::vector<int>& rsc, float* recv,
+                     float* ret_send, F&& f) {
+  std::int64_t roff = 0, soff = 0;
+  for (int p = 0; p < L.ranks; ++p) {
+    const std::int64_t nq = L.in_q[std::size_t(p)], nk = L.in_k[std::size_t(p)];
+    if (nq > 0) {
+      const std::int64_t i0 = L.in_off[std::size_t(p)];
+      f(recv + roff, ret_send + soff, nq, nk, View1<const std::int32_t>(L.in_lo.data() + i0, nq),
+        View1<const std::int32_t>(L.in_hi.data() + i0, nq));
+    }
+    roff += rc[std::size_t(p)];
+    soff += rsc[std::size_t(p)];
+  }
+}
 /// lo/hi = kv_lo/kv_hi with the exported rows emptied (lo > hi), T rows.
 void mask_exported(IntVec& lo, IntVec& hi, const View1<const std::int32_t>& kv_lo,
                    const View1<const std::int32_t>& kv_hi, const IntVec& exported, std::int64_t T) {
@@ -348,25 +366,15 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
   const auto rrc = floats_per_peer(L->out_q, L->out_k, wq + hq_, 0, "a return receive");
   grow(B.ret_send, total(rsc), "ca_ret_send");
   grow(B.ret_recv, total(rrc), "ca_ret_recv");
-  {
-    std::int64_t roff = 0, soff = 0;
-    for (int p = 0; p < R; ++p) {
-      const std::int64_t nq = L->in_q[std::size_t(p)], nk = L->in_k[std::size_t(p)];
-      if (nq > 0) {
-        float* in = B.recv.data() + roff;
-        float* ret = B.ret_send.data() + soff;
-        const View3<float> Qp(in, nq, hq_, hd_);
-        const View3<float> Kp(in + nq * wq, nk, hkv_, hd_), Vp(in + nq * wq + nk * wk, nk, hkv_, hd_);
-        const View3<float> Op(ret, nq, hq_, hd_);
-        const View2<float> Lp(ret + nq * wq, hq_, nq);
-        const std::int64_t i0 = L->in_off[std::size_t(p)];
-        const View1<const std::int32_t> lo(L->in_lo.data() + i0, nq), hi(L->in_hi.data() + i0, nq);
-        attention_forward<float>(Qp, Kp, Vp, lo, hi, scale, Op, Lp);
-      }
-      roff += rc[std::size_t(p)];
-      soff += rsc[std::size_t(p)];
-    }
-  }
+  for_each_import(*L, rc, rsc, B.recv.data(), B.ret_send.data(),
+                  [&](float* in, float* ret, std::int64_t nq, std::int64_t nk, const View1<const std::int32_t>& lo,
+                      const View1<const std::int32_t>& hi) {
+                    const View3<float> Qp(in, nq, hq_, hd_);
+                    const View3<float> Kp(in + nq * wq, nk, hkv_, hd_), Vp(in + nq * wq + nk * wk, nk, hkv_, hd_);
+                    const View3<float> Op(ret, nq, hq_, hd_);
+                    const View2<float> Lp(ret + nq * wq, hq_, nq);
+                    attention_forward<float>(Qp, Kp, Vp, lo, hi, scale, Op, Lp);
+                  });
   stats_.rows_imported += L->rows_in;
   stats_.rows_exported += L->rows_out;
   exchange(rsc, rrc, false);
@@ -445,28 +453,18 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
   const auto rrc = floats_per_peer(L->out_q, L->out_k, wq, 2 * wk, "a return receive");
   grow(B.ret_send, total(rsc), "ca_ret_send");
   grow(B.ret_recv, total(rrc), "ca_ret_recv");
-  {
-    std::int64_t roff = 0, soff = 0;
-    for (int p = 0; p < R; ++p) {
-      const std::int64_t nq = L->in_q[std::size_t(p)], nk = L->in_k[std::size_t(p)];
-      if (nq > 0) {
-        float* in = B.recv.data() + roff;
-        float* ret = B.ret_send.data() + soff;
-        const View3<float> Qp(in, nq, hq_, hd_);
-        const View3<float> Kp(in + nq * wq, nk, hkv_, hd_), Vp(in + nq * wq + nk * wk, nk, hkv_, hd_);
-        const View3<float> Op(in + nq * wq + 2 * nk * wk, nq, hq_, hd_);
-        const View3<float> dOp(in + 2 * nq * wq + 2 * nk * wk, nq, hq_, hd_);
-        const View2<float> Lp(in + 3 * nq * wq + 2 * nk * wk, hq_, nq);
-        const View3<float> dQp(ret, nq, hq_, hd_);
-        const View3<float> dKp(ret + nq * wq, nk, hkv_, hd_), dVp(ret + nq * wq + nk * wk, nk, hkv_, hd_);
-        const std::int64_t i0 = L->in_off[std::size_t(p)];
-        const View1<const std::int32_t> lo(L->in_lo.data() + i0, nq), hi(L->in_hi.data() + i0, nq);
-        attention_backward<float>(Qp, Kp, Vp, Op, dOp, Lp, lo, hi, scale, dQp, dKp, dVp);
-      }
-      roff += rc[std::size_t(p)];
-      soff += rsc[std::size_t(p)];
-    }
-  }
+  for_each_import(*L, rc, rsc, B.recv.data(), B.ret_send.data(),
+                  [&](float* in, float* ret, std::int64_t nq, std::int64_t nk, const View1<const std::int32_t>& lo,
+                      const View1<const std::int32_t>& hi) {
+                    const View3<float> Qp(in, nq, hq_, hd_);
+                    const View3<float> Kp(in + nq * wq, nk, hkv_, hd_), Vp(in + nq * wq + nk * wk, nk, hkv_, hd_);
+                    const View3<float> Op(in + nq * wq + 2 * nk * wk, nq, hq_, hd_);
+                    const View3<float> dOp(in + 2 * nq * wq + 2 * nk * wk, nq, hq_, hd_);
+                    const View2<float> Lp(in + 3 * nq * wq + 2 * nk * wk, hq_, nq);
+                    const View3<float> dQp(ret, nq, hq_, hd_);
+                    const View3<float> dKp(ret + nq * wq, nk, hkv_, hd_), dVp(ret + nq * wq + nk * wk, nk, hkv_, hd_);
+                    attention_backward<float>(Qp, Kp, Vp, Op, dOp, Lp, lo, hi, scale, dQp, dKp, dVp);
+                  });
   stats_.rows_imported += L->rows_in;
   stats_.rows_exported += L->rows_out;
   exchange(rsc, rrc, false);
