@@ -4,6 +4,7 @@
 #   wlb4d::kokkoskernels  KokkosKernels (Debian exports variables, Spack a target)
 #   wlb4d::sentencepiece  sentencepiece via pkg-config
 #   wlb4d::nccl           NCCL (only with WLB4D_ENABLE_CUDA)
+#   wlb4d::cublas         cuBLAS for the bf16 GEMMs (only with WLB4D_ENABLE_CUDA)
 
 # ---- MPI ------------------------------------------------------------------
 find_package(MPI REQUIRED COMPONENTS C CXX)   # C: HDF5 is a C library
@@ -85,6 +86,12 @@ if(WLB4D_ENABLE_CUDA)
   add_library(wlb4d_nccl INTERFACE)
   target_link_libraries(wlb4d_nccl INTERFACE NCCL::NCCL CUDA::cudart)
   add_library(wlb4d::nccl ALIAS wlb4d_nccl)
+  # cuBLAS directly (not only through Kokkos Kernels): the bf16 GEMMs call
+  # cublasGemmEx, which Kokkos Kernels 4.7 does not reach for bhalf_t.
+  add_library(wlb4d_cublas INTERFACE)
+  target_link_libraries(wlb4d_cublas INTERFACE CUDA::cublas CUDA::cudart)
+  target_compile_definitions(wlb4d_cublas INTERFACE WLB4D_HAVE_CUBLAS=1)
+  add_library(wlb4d::cublas ALIAS wlb4d_cublas)
 endif()
 
 # ---- tests ---------------------------------------------------------------------

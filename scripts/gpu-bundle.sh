@@ -66,7 +66,7 @@ cp "$proxy" "$P/bin/real/hydra_pmi_proxy"
 # Kernel and device tests (self-contained gtest executables, no data files).
 device_tests=(unit/model/test_model_layers unit/model/test_model_transformer unit/model/test_model_step_alloc
               unit/model_attention/test_model_attention unit/optim/test_adamw unit/core/test_core_memory
-              mpi/comm/test_comm_nccl)
+              unit/core/test_core_bf16 unit/model/test_model_bf16 mpi/comm/test_comm_nccl)
 for t in "${device_tests[@]}"; do
   [ -x "$BIN_BUILD/tests/$t" ] && cp "$BIN_BUILD/tests/$t" "$P/tests/real/"
 done
@@ -126,6 +126,10 @@ one_rank=(--parallel.dp=1 --parallel.pp=1 --parallel.cp=1 --parallel.tp=1 --trai
 (cd "$P" && "$H/wlb4d" inputs/quickstart.ini --data.train=data/sotu-train.h5 --data.val= \
    --train.steps=$ref_steps "${one_rank[@]}" --log.csv_file=ref/quickstart.csv >ref/quickstart.log 2>&1) ||
   { cat "$P/ref/quickstart.log"; echo "gpu-bundle: the CPU reference run of quickstart failed" >&2; exit 1; }
+# The same in bf16 (train.precision = bf16): the device's cublasGemmEx against this host's bf16 GEMMs.
+(cd "$P" && "$H/wlb4d" inputs/quickstart.ini --data.train=data/sotu-train.h5 --data.val= --train.precision=bf16 \
+   --train.steps=$ref_steps "${one_rank[@]}" --log.csv_file=ref/quickstart_bf16.csv >ref/quickstart_bf16.log 2>&1) ||
+  { cat "$P/ref/quickstart_bf16.log"; echo "gpu-bundle: the CPU bf16 reference run of quickstart failed" >&2; exit 1; }
 
 # ---- manifest
 need_glibc=$(for f in "$P"/bin/real/* "$P"/tests/real/* "$P"/lib/*.so*; do

@@ -5,6 +5,11 @@
 
 #include <KokkosBlas3_gemm.hpp>
 
+#if defined(WLB4D_HAVE_CUBLAS) && defined(KOKKOS_ENABLE_CUDA)
+#include <cublas_v2.h>
+#define WLB4D_BF16_GEMMEX 1
+#endif
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -27,10 +32,47 @@ constexpr bool kDeviceBuild = true;
 constexpr bool kDeviceBuild = false;
 #endif
 
-core::SbgemmFn sbgemm() {
+[[maybe_unused]] core::SbgemmFn sbgemm() {
   static const core::SbgemmFn f = kDeviceBuild ? nullptr : core::find_sbgemm();
   return f;
 }
+
+// The paths that keep bf16 bits (2-byte weight copies and operands).
+bool uses_bits(Bf16Path p) { return p != Bf16Path::Widen; }
+
+#ifdef WLB4D_BF16_GEMMEX
+void check_cublas(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("wlb::model: bf16 GEMM: ") + what + " failed: " + cublasGetStatusString(st));
+}
+
+// One handle per process (cuBLAS handles are per device and thread; wlb4d
+// drives one GPU per rank from one thread), bound to the stream of Kokkos'
+// default instance so the rounding kernels and the GEMM stay ordered without
+// a fence. Not destroyed: destroying after Kokkos::finalize could touch a
+// released context, and the process exits right after.
+cublasHandle_t cublas_handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t x = nullptr;
+    check_cublas(cublasCreate(&x), "cublasCreate");
+    return x;
+  }();
+  check_cublas(cublasSetStream(h, ExecSpace().cuda_stream()), "cublasSetStream");
+  return h;
+}
+
+// Row-major C[M][N] = alpha·op(A)·op(B) + beta·C with bf16 A, B and fp32 C,
+// fp32 accumulation (CUBLAS_COMPUTE_32F: tensor cores on sm_80+). cuBLAS is
+// column-major, where a row-major X is Xᵀ: so compute Cᵀ = op(B)ᵀ·op(A)ᵀ,
+// i.e. swap the operands and keep each one's transpose flag.
+void gemm_ex(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const bf16_bits* A,
+             std::int64_t lda, const bf16_bits* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  check_cublas(cublasGemmEx(cublas_handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
+                            int(M), int(K), &alpha, B, CUDA_R_16BF, int(ldb), A, CUDA_R_16BF, int(lda), &beta, C,
+                            CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+}
+#endif
 
 View2<float> wide2(float* p, std::int64_t r, std::int64_t c) { return View2<float>(p, r, c); }
 
@@ -96,32 +138,49 @@ void bf16_load(const bf16_bits* bits, const View2<float>& x) {
   bf16_detail::load_bits(bits, std::int64_t(x.extent(0) * x.extent(1)), x.data());
 }
 
-Bf16Path bf16_gemm_path() { return sbgemm() ? Bf16Path::Sbgemm : Bf16Path::Widen; }
+Bf16Path bf16_gemm_path() {
+#ifdef WLB4D_BF16_GEMMEX
+  return Bf16Path::GemmEx;
+#else
+  return sbgemm() ? Bf16Path::Sbgemm : Bf16Path::Widen;
+#endif
+}
 
-const char* to_string(Bf16Path p) { return p == Bf16Path::Sbgemm ? "sbgemm" : "widen"; }
+const char* to_string(Bf16Path p) {
+  switch (p) {
+    case Bf16Path::Sbgemm: return "sbgemm";
+    case Bf16Path::GemmEx: return "cublasGemmEx";
+    case Bf16Path::Widen: break;
+  }
+  return "widen";
+}
 
 std::string bf16_gemm_summary() {
-  if (bf16_gemm_path() == Bf16Path::Sbgemm)
-    return "bf16 GEMM: cblas_sbgemm of the loaded BLAS (bf16 operands, fp32 accumulation)";
+  switch (bf16_gemm_path()) {
+    case Bf16Path::Sbgemm: return "bf16 GEMM: cblas_sbgemm of the loaded BLAS (bf16 operands, fp32 accumulation)";
+    case Bf16Path::GemmEx:
+      return "bf16 GEMM: cuBLAS cublasGemmEx (CUDA_R_16BF operands, CUBLAS_COMPUTE_32F, fp32 output; tensor cores)";
+    case Bf16Path::Widen: break;
+  }
   return std::string("bf16 GEMM: operands rounded to bf16, widened to fp32, SGEMM with fp32 accumulation (") +
-         (kDeviceBuild ? "device build: cuBLAS SGEMM on the widened operands"
+         (kDeviceBuild ? "device build without cuBLAS: SGEMM on the widened operands"
                        : "the loaded BLAS has no cblas_sbgemm") +
          ")";
 }
 
-int bf16_operand_bytes() { return bf16_gemm_path() == Bf16Path::Sbgemm ? 2 : 4; }
+int bf16_operand_bytes() { return uses_bits(bf16_gemm_path()) ? 2 : 4; }
 
-int bf16_weight_bytes() { return bf16_gemm_path() == Bf16Path::Sbgemm ? 2 : 0; }
+int bf16_weight_bytes() { return uses_bits(bf16_gemm_path()) ? 2 : 0; }
 
 Bf16Weight::Bf16Weight(std::int64_t rows, std::int64_t cols) : rows_(rows), cols_(cols) {
-  if (bf16_gemm_path() == Bf16Path::Sbgemm)
+  if (uses_bits(bf16_gemm_path()))
     bits_ = View2<bf16_bits>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "model::bf16_weights"), rows, cols);
 }
 
 void Bf16Weight::refresh(const View2<float>& master) {
   require(std::int64_t(master.extent(0)) == rows_ && std::int64_t(master.extent(1)) == cols_, "Bf16Weight::refresh",
           "master" + dims(master.extent(0), master.extent(1)) + " differs from the copy " + dims(rows_, cols_));
-  if (bf16_gemm_path() == Bf16Path::Sbgemm)
+  if (uses_bits(bf16_gemm_path()))
     bf16_detail::round_cols_bits(master.data(), cols_, 0, rows_, cols_, bits_.data());
   else
     master_ = master;  // Widen: the GEMMs round blocks of it (bf16_gemm.hpp)
@@ -130,7 +189,7 @@ void Bf16Weight::refresh(const View2<float>& master) {
 Bf16Workspace::Bf16Workspace(std::int64_t a_elems, std::int64_t b_elems, std::int64_t w_elems, std::int64_t c_elems)
     : a_elems_(a_elems), b_elems_(b_elems) {
   const auto alloc = [] { return Kokkos::view_alloc(Kokkos::WithoutInitializing, "model::bf16_operands"); };
-  if (bf16_gemm_path() == Bf16Path::Sbgemm) {
+  if (uses_bits(bf16_gemm_path())) {
     a_bits_ = View1<bf16_bits>(alloc(), a_elems);
     b_bits_ = View1<bf16_bits>(alloc(), b_elems);
   } else {
@@ -150,7 +209,7 @@ Bf16Workspace Bf16Workspace::for_gemm(std::int64_t T, std::int64_t in, std::int6
 
 namespace {
 
-constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+[[maybe_unused]] constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
 // C[M][N] = alpha·op(A)·op(B) + beta·C on the workspace operands. A is the
 // workspace's rounded left operand [rows_a][cols_a]; B is either the weight
@@ -158,6 +217,14 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 void run_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const Bf16Workspace& ws,
               std::int64_t a_rows, std::int64_t a_cols, const Bf16Weight* w, std::int64_t w_r0, std::int64_t w_r1,
               std::int64_t b_rows, std::int64_t b_cols, float beta, const View2<float>& C) {
+#ifdef WLB4D_BF16_GEMMEX
+  (void)a_rows;
+  (void)w_r1;
+  (void)b_rows;
+  const bf16_bits* B = w ? w->bits().data() + w_r0 * w->cols() : ws.b_bits();
+  gemm_ex(ta, tb, M, N, K, 1.0f, ws.a_bits(), a_cols, B, w ? w->cols() : b_cols, beta, C.data(),
+          std::int64_t(C.extent(1)));
+#else
   if (const auto f = sbgemm()) {
     const bf16_bits* B = w ? w->bits().data() + w_r0 * w->cols() : ws.b_bits();
     const std::int64_t ldb = w ? w->cols() : b_cols;
@@ -177,6 +244,7 @@ void run_gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, 
   }
   const auto B = w ? wide2(ws.w_wide(), w_r1 - w_r0, w->cols()) : wide2(ws.b_wide(), b_rows, b_cols);
   KokkosBlas::gemm(ta ? "T" : "N", tb ? "T" : "N", 1.0f, A, B, beta, C);
+#endif
 }
 
 }  // namespace

@@ -191,7 +191,7 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
                        widen ? std::string("model::bf16_weights: none on the widen path (blocks rounded from the "
                                            "master into bf16_operands)")
                              : fmt::format("model::bf16_weights: bf16 copies of the GEMM weights ({} B/element, "
-                                           "sbgemm path)", bb)});
+                                           "sbgemm / cublasGemmEx path)", bb)});
     e.terms.push_back({"bf16_operands", bf16_ws, "model::bf16_operands: rounded GEMM operands (bf16_gemm.hpp)"});
   }
   if (cfg.comm.grad_reduce_dtype == "bf16" && G > 1)

@@ -21,8 +21,14 @@
 /// - Sbgemm (host builds whose loaded BLAS exports cblas_sbgemm, found by
 ///   dlsym, core::find_sbgemm): bf16 bits are passed to cblas_sbgemm; weight
 ///   copies are 2 bytes per element (label model::bf16_weights).
+/// - GemmEx (CUDA builds, WLB4D_HAVE_CUBLAS): bf16 bits are passed to cuBLAS
+///   cublasGemmEx (CUDA_R_16BF operands, CUDA_R_32F output,
+///   CUBLAS_COMPUTE_32F: the tensor cores on sm_80+), on the stream of
+///   Kokkos' default instance; 2-byte weight copies as Sbgemm. Kokkos Kernels
+///   4.7 has no bf16 GEMM ETI that reaches cuBLAS, hence the direct call.
+///   A cuBLAS error throws std::runtime_error naming the call and its status.
 /// - Widen (any other BLAS, e.g. Debian 12's OpenBLAS 0.3.21 built without
-///   BUILD_BFLOAT16; and every CUDA build for now): the bf16 values are held
+///   BUILD_BFLOAT16; a device build without cuBLAS): the bf16 values are held
 ///   in fp32 (exactly representable) and multiplied by KokkosBlas::gemm
 ///   (SGEMM / cuBLAS SGEMM), fp32 accumulation: the same numbers as sbgemm
 ///   up to the order of summation. SGEMM needs 4-byte operands, so a
@@ -31,9 +37,7 @@
 ///   master and each GEMM rounds the rows of the master it multiplies (blocks
 ///   of kBf16Block rows) into the workspace: the same bf16 values (the
 ///   master does not change between a forward and its backward), one extra
-///   pass over the weight per GEMM (≈ 1/(2T) of its flops). A CUDA build
-///   could call cublasGemmEx on 2-byte copies instead (not done: KokkosKernels
-///   4.7 has no bf16 GEMM ETI for cuBLAS).
+///   pass over the weight per GEMM (≈ 1/(2T) of its flops).
 /// Long GEMM reductions and long dW are split into blocks of kBf16Block
 /// columns of dy (the LM head's vocabulary dimension), so the workspace is
 /// bounded by C·max(widths, kBf16Block) instead of C·V_l.
@@ -41,7 +45,7 @@
 /// Workspace (Bf16Workspace, allocated once, label model::bf16_operands):
 /// a_elems = C·max(d, qd, F_l, min(max out width, kBf16Block)) for the rounded
 /// left operand, b_elems = C·max(d, qd, F_l) for the rounded right operand of
-/// dW; 4 bytes per element on the Widen path, 2 on Sbgemm. Widen only:
+/// dW; 4 bytes per element on the Widen path, 2 on Sbgemm and GemmEx. Widen only:
 /// w_elems = max over the weights of min(rows, kBf16Block)·cols (a rounded
 /// block of weight rows) and, when some weight has more than kBf16Block rows
 /// (the LM head), c_elems = C·kBf16Block (a forward's block of output
@@ -55,33 +59,33 @@
 
 namespace wlb::model {
 
-enum class Bf16Path { Sbgemm, Widen };
+enum class Bf16Path { Sbgemm, GemmEx, Widen };
 /// The path this process runs (see the file comment). Host function.
 Bf16Path bf16_gemm_path();
 const char* to_string(Bf16Path p);
 /// One line for the start-up log: which bf16 GEMM runs and why.
 std::string bf16_gemm_summary();
-/// Bytes per element of the operand workspace: 2 (Sbgemm) or 4 (Widen).
+/// Bytes per element of the operand workspace: 2 (Sbgemm, GemmEx) or 4 (Widen).
 int bf16_operand_bytes();
-/// Bytes per element of a persistent weight copy: 2 (Sbgemm) or 0 (Widen: none, see the file comment).
+/// Bytes per element of a persistent weight copy: 2 (Sbgemm, GemmEx) or 0 (Widen: none, see the file comment).
 int bf16_weight_bytes();
 
 /// Columns of dy per GEMM block (see the file comment).
 constexpr std::int64_t kBf16Block = 4096;
 
-/// The bf16 copy of one [rows][cols] fp32 master weight (label model::bf16_weights; Sbgemm path).
+/// The bf16 copy of one [rows][cols] fp32 master weight (label model::bf16_weights; Sbgemm and GemmEx paths).
 class Bf16Weight {
  public:
   Bf16Weight() = default;
   Bf16Weight(std::int64_t rows, std::int64_t cols);
-  /// Sbgemm: copy = round_to_bf16(master), elementwise. Widen: records master
+  /// Sbgemm, GemmEx: copy = round_to_bf16(master), elementwise. Widen: records master
   /// (a shallow View; its GEMMs round from it). \throws std::invalid_argument on a shape mismatch.
   void refresh(const View2<float>& master);
   std::int64_t rows() const { return rows_; }
   std::int64_t cols() const { return cols_; }
-  /// Widen path: the master of the last refresh(); Sbgemm path: empty.
+  /// Widen path: the master of the last refresh(); otherwise empty.
   const View2<float>& master() const { return master_; }
-  /// Sbgemm path: the bf16 bits; Widen path: empty.
+  /// Sbgemm, GemmEx paths: the bf16 bits; Widen path: empty.
   const View2<core::bf16_bits>& bits() const { return bits_; }
 
  private:
@@ -94,7 +98,7 @@ class Bf16Weight {
 class Bf16Workspace {
  public:
   Bf16Workspace() = default;
-  /// w_elems, c_elems: Widen path only (ignored on Sbgemm); see the file comment.
+  /// w_elems, c_elems: Widen path only (ignored otherwise); see the file comment.
   Bf16Workspace(std::int64_t a_elems, std::int64_t b_elems, std::int64_t w_elems = 0, std::int64_t c_elems = 0);
   /// The sizes a GEMM of x[T][in]·W[out][in]ᵀ (and its dX, dW) needs, this path.
   static Bf16Workspace for_gemm(std::int64_t T, std::int64_t in, std::int64_t out);
