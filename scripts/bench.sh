@@ -18,6 +18,9 @@
 #   NICE=-15 scripts/bench.sh             # run at a higher priority (as root) on a shared, busy machine
 #   TORCH=1 scripts/bench.sh              # also wlb4d vs PyTorch, same model and tokens (bench/torch_compare.py)
 #
+#   STEPS=16 scripts/bench.sh             # more steps than the deck's (the median is over steps >= 1;
+#                                         # on a shared VM the first seconds of a run are often slower)
+#
 # Every layout runs MICRO_BATCHES (default 8) micro-batches per step, so
 # tokens/step are the same across layouts (pp2 needs ≥ 2·pp micro-batches to
 # fill its pipeline) and 1 rank is the baseline of the same work.
@@ -43,6 +46,7 @@ else
   echo "bench: Kokkos at ${kokkos_dir:-?} has no OpenMP backend: no 1 rank x 2 threads row"
 fi
 MICRO_BATCHES=${MICRO_BATCHES:-8}
+STEPS=${STEPS:-}
 RUN=""
 [ -n "${NICE:-}" ] && RUN="nice -n $NICE"
 # native: the kernel OpenBLAS picks by itself (the generic fallback on a CPU it
@@ -89,7 +93,7 @@ for deck in $DECKS; do
     # unbinding mpiexec would all be pinned to the first core.
     bind=false; [ "$th" -gt 1 ] && bind=spread
     if ! OMP_NUM_THREADS=$th KOKKOS_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_PROC_BIND=$bind OMP_PLACES=cores \
-         $RUN mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --train.micro_batches=$MICRO_BATCHES --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
+         $RUN mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --train.micro_batches=$MICRO_BATCHES ${STEPS:+--train.steps=$STEPS} --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
       echo "bench: $name failed (see $log)"; continue
     fi
     /usr/bin/env python3 - "$csvf" "$log" "$deck" "$lay" "$n" "$PEAK" "$th" >> "$RESULTS" <<'PY'
