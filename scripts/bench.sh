@@ -18,6 +18,7 @@
 #   NICE=-15 scripts/bench.sh             # run at a higher priority (as root) on a shared, busy machine
 #   TORCH=1 scripts/bench.sh              # also wlb4d vs PyTorch, same model and tokens (bench/torch_compare.py)
 #
+#   ARGS="--train.precision=bf16" scripts/bench.sh  # extra wlb4d overrides for every run
 #   STEPS=16 scripts/bench.sh             # more steps than the deck's (the median is over steps >= 1;
 #                                         # on a shared VM the first seconds of a run are often slower)
 #
@@ -47,6 +48,7 @@ else
 fi
 MICRO_BATCHES=${MICRO_BATCHES:-8}
 STEPS=${STEPS:-}
+read -r -a EXTRA <<<"${ARGS:-}"
 RUN=""
 [ -n "${NICE:-}" ] && RUN="nice -n $NICE"
 # native: the kernel OpenBLAS picks by itself (the generic fallback on a CPU it
@@ -93,7 +95,7 @@ for deck in $DECKS; do
     # unbinding mpiexec would all be pinned to the first core.
     bind=false; [ "$th" -gt 1 ] && bind=spread
     if ! OMP_NUM_THREADS=$th KOKKOS_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_PROC_BIND=$bind OMP_PLACES=cores \
-         $RUN mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --train.micro_batches=$MICRO_BATCHES ${STEPS:+--train.steps=$STEPS} --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
+         $RUN mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --train.micro_batches=$MICRO_BATCHES ${STEPS:+--train.steps=$STEPS} ${EXTRA[@]+"${EXTRA[@]}"} --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
       echo "bench: $name failed (see $log)"; continue
     fi
     /usr/bin/env python3 - "$csvf" "$log" "$deck" "$lay" "$n" "$PEAK" "$th" >> "$RESULTS" <<'PY'
