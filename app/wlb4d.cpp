@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
     spdlog::info("{}", blas.summary());
     spdlog::info("{}", model::attention_summary());
     if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
+    if (const auto advice = blas.thread_advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
     if (cfg.comm.wait == "block" && cfg.comm.timeout_s > 0 && rank == 0)
       spdlog::warn("comm.timeout_s={:g} has no effect with comm.wait=block: a blocking MPI call cannot be timed, so "
                    "a stopped rank hangs the job; use comm.wait=yield for the watchdog",

@@ -94,7 +94,10 @@ for deck in $DECKS; do
     # Bind only a multi-threaded rank: single-threaded ranks started by an
     # unbinding mpiexec would all be pinned to the first core.
     bind=false; [ "$th" -gt 1 ] && bind=spread
+    # OMP_WAIT_POLICY=passive: Debian's OpenBLAS runs its own pthreads, and
+    # spinning OpenMP threads would take their cores (core::BlasInfo::thread_advice).
     if ! OMP_NUM_THREADS=$th KOKKOS_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th OMP_PROC_BIND=$bind OMP_PLACES=cores \
+         OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} \
          $RUN mpiexec -n $n "$BIN/wlb4d" "$deck" $ov --train.micro_batches=$MICRO_BATCHES ${STEPS:+--train.steps=$STEPS} ${EXTRA[@]+"${EXTRA[@]}"} --data.train="$OUT/data/sotu-train.h5" --log.csv_file="$csvf" >"$log" 2>&1; then
       echo "bench: $name failed (see $log)"; continue
     fi

@@ -1,6 +1,7 @@
 // Which BLAS kernel runs. See blas_info.hpp.
 #include "wlb4d/core/blas_info.hpp"
 
+#include <Kokkos_Core.hpp>
 #include <fmt/format.h>
 
 #include <dlfcn.h>
@@ -74,6 +75,10 @@ BlasInfo probe_blas() {
   using ThreadsFn = int (*)();
   const auto core = reinterpret_cast<CoreFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   const auto threads = reinterpret_cast<ThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  const auto parallel = reinterpret_cast<ThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  if (const char* e = std::getenv("OMP_WAIT_POLICY")) b.omp_wait_policy = e;
+  // --version probes before Kokkos starts: 1 then (no OpenMP pool to ask).
+  b.host_threads = Kokkos::is_initialized() ? int(Kokkos::DefaultHostExecutionSpace().concurrency()) : 1;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
   b.cpu_bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
@@ -83,6 +88,7 @@ BlasInfo probe_blas() {
   const char* name = core();
   b.core = name ? name : "";
   b.threads = threads ? threads() : 0;
+  b.parallel = parallel ? parallel() : -1;
   b.kernel = openblas_core_level(b.core);
   return b;
 }
@@ -111,6 +117,20 @@ std::string BlasInfo::advice() const {
       "OPENBLAS_CORETYPE={} in the environment of every rank (scripts/quickstart.sh, scripts/bench.sh and "
       "slurm/train-cpu.sbatch do when it is unset).",
       to_string(kernel), core, to_string(cpu), coretype_env.empty() ? "Set" : "Change", best);
+}
+
+std::string BlasInfo::thread_advice() const {
+  if (!openblas || parallel != 1 || threads < 2 || host_threads < 2) return "";
+  std::string pol = omp_wait_policy;
+  for (auto& c : pol) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (pol == "passive") return "";
+  return fmt::format(
+      "OpenBLAS's own {} pthreads and Kokkos' {} OpenMP threads share this rank's cores, and OMP_WAIT_POLICY is {}: "
+      "idle OpenMP threads spin and take the cores from the GEMMs (measured on 2 cores, quickstart model, 2 + 2 "
+      "threads: 888 ms per step, 295 with OMP_WAIT_POLICY=passive, 464 on 1 thread). Set OMP_WAIT_POLICY=passive "
+      "in the environment of every rank (it is read when the program starts; scripts/bench.sh and "
+      "slurm/train-cpu.sbatch do when it is unset).",
+      threads, host_threads, omp_wait_policy.empty() ? std::string("unset") : "'" + omp_wait_policy + "'");
 }
 
 }  // namespace wlb::core

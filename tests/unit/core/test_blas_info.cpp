@@ -53,3 +53,30 @@ TEST(BlasInfo, ProbeOfThisProcess) {
     EXPECT_EQ(b.advice(), "");
   }
 }
+
+TEST(BlasInfo, ThreadAdviceOnlyWhenPthreadsOpenBlasAndOpenMpThreadsSpinTogether) {
+  BlasInfo b;
+  b.openblas = true;
+  b.parallel = 1;  // OpenBLAS's own pthreads (Debian's libopenblasp)
+  b.threads = 2;
+  b.host_threads = 2;
+  const std::string a = b.thread_advice();
+  EXPECT_NE(a.find("OMP_WAIT_POLICY=passive"), std::string::npos) << a;
+  EXPECT_NE(a.find("OMP_WAIT_POLICY is unset"), std::string::npos) << a;
+  b.omp_wait_policy = "ACTIVE";
+  EXPECT_NE(b.thread_advice().find("'ACTIVE'"), std::string::npos) << b.thread_advice();
+  b.omp_wait_policy = "Passive";  // case-insensitive, as libgomp reads it
+  EXPECT_EQ(b.thread_advice(), "");
+  b.omp_wait_policy = "";
+  b.host_threads = 1;  // Serial Kokkos or 1 OpenMP thread: nothing spins
+  EXPECT_EQ(b.thread_advice(), "");
+  b.host_threads = 2;
+  b.threads = 1;  // single-threaded GEMMs
+  EXPECT_EQ(b.thread_advice(), "");
+  b.threads = 2;
+  b.parallel = 2;  // an OpenMP OpenBLAS shares Kokkos' pool
+  EXPECT_EQ(b.thread_advice(), "");
+  b.parallel = 1;
+  b.openblas = false;
+  EXPECT_EQ(b.thread_advice(), "");
+}

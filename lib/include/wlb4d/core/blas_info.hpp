@@ -36,6 +36,10 @@ struct BlasInfo {
   bool openblas = false;     ///< the process runs OpenBLAS
   std::string core;          ///< openblas_get_corename() (e.g. "Prescott"), "" if not OpenBLAS
   int threads = 0;           ///< openblas_get_num_threads(), 0 if not OpenBLAS
+  /// openblas_get_parallel(): 0 sequential, 1 its own pthreads, 2 OpenMP; -1 unknown / not OpenBLAS.
+  int parallel = -1;
+  int host_threads = 1;      ///< threads of Kokkos' host execution space (1 on Serial)
+  std::string omp_wait_policy;  ///< OMP_WAIT_POLICY as set ("" if unset)
   SimdLevel cpu = SimdLevel::Unknown;     ///< what this CPU supports
   SimdLevel kernel = SimdLevel::Unknown;  ///< what the kernel uses
   std::string coretype_env;  ///< OPENBLAS_CORETYPE as set ("" if unset)
@@ -47,9 +51,17 @@ struct BlasInfo {
   /// names OPENBLAS_CORETYPE, the value to set and the measured rates;
   /// "" when there is nothing to say.
   std::string advice() const;
+  /// A warning when OpenBLAS's own threads (a pthreads build, > 1 thread) and
+  /// Kokkos' OpenMP threads (> 1) share the rank's cores while OMP_WAIT_POLICY
+  /// is not passive: between parallel regions the OpenMP threads spin and take
+  /// the cores from the GEMM's threads (measured on the 2-core platform,
+  /// quickstart model at 2 + 2 threads: 888 ms per step, 295 with passive, 464
+  /// on 1 thread). The variable must be set before start (the OpenMP runtime
+  /// reads it when loaded), so this names it; "" when there is nothing to say.
+  std::string thread_advice() const;
 };
 
-/// Probes the running process. Cheap (three dlsym calls); thread-safe.
+/// Probes the running process. Cheap (a few dlsym calls); thread-safe. Kokkos must be initialised (host_threads).
 BlasInfo probe_blas();
 
 /// OpenBLAS's cblas_sbgemm (cblas.h, OpenBLAS >= 0.3.10 built with
