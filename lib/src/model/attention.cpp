@@ -992,6 +992,17 @@ inline BlockHull band_hull(const BlockHull& blk, const int* lo, const int* hi, i
   b.re += r0;
   return b;
 }
+/// Calls body(b, nr, nc) for each band of blk that some row sees (forward and
+/// backward walk a block pair the same way): b its hull, nr × nc its extent.
+template <class Body>
+inline void for_each_band(const BlockHull& blk, const int* lo, const int* hi, int j0, int nk, Body&& body) {
+  const int band = band_rows(blk);
+  for (int r0 = blk.rb; r0 <= blk.re; r0 += band) {
+    const BlockHull b = band_hull(blk, lo, hi, r0, band, j0, nk);
+    if (b.re < 0) continue;
+    body(b, b.re - b.rb + 1, b.ce - b.cb + 1);
+  }
+}
 
 /// dst[d * ld + r] = x(r0 + r, h, d) for r < n: a block of x transposed.
 /// Eight rows at a time, so that the stores down a column of dst become
@@ -1058,11 +1069,7 @@ void forward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Scal
           const int nk = S - j0 < BK ? S - j0 : BK;
           const BlockHull blk = block_hull(lo.data(), hi.data(), nq, j0, nk);
           if (blk.re < 0) continue;  // no row sees this key block (document boundary)
-          const int band = band_rows(blk);
-          for (int r0 = blk.rb; r0 <= blk.re; r0 += band) {
-            const BlockHull b = band_hull(blk, lo.data(), hi.data(), r0, band, j0, nk);
-            if (b.re < 0) continue;
-            const int nr = b.re - b.rb + 1, nc = b.ce - b.cb + 1;
+          for_each_band(blk, lo.data(), hi.data(), j0, nk, [&](const BlockHull& b, const int nr, const int nc) {
             Scalar* s0 = Sb.data() + b.rb * BK + b.cb;
             // S = scale·Q·Kᵀ (FA-2 Alg. 1 line 8) as (Qᵀ)ᵀ·Kᵀ.
             rm_gemm<Scalar>(true, true, nr, nc, D, scale, Qt.data() + b.rb, BQ, &k(j0 + b.cb, hk, 0),
@@ -1098,7 +1105,7 @@ void forward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Scal
             // O += P·V (line 10), in place in out.
             rm_gemm<Scalar>(false, false, nr, D, nc, Scalar(1), s0, BK, &v(j0 + b.cb, hk, 0), ldk,
                             Scalar(1), &out(i0 + b.rb, h, 0), ldq);
-          }
+          });
         }
         // Normalise (line 12) and store lse (line 13).
         for (int r = 0; r < nq; ++r) {
@@ -1154,11 +1161,7 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
               // so recomputing it keeps the scratch independent of T.
               for (int r = blk.rb; r <= blk.re; ++r)
                 Ds(r) = lane_dot(&dout(i0 + r, h, 0), &out(i0 + r, h, 0), D);
-              const int band = band_rows(blk);
-              for (int r0 = blk.rb; r0 <= blk.re; r0 += band) {
-                const BlockHull b = band_hull(blk, lo.data(), hi.data(), r0, band, j0, nk);
-                if (b.re < 0) continue;
-                const int nr = b.re - b.rb + 1, nc = b.ce - b.cb + 1;
+              for_each_band(blk, lo.data(), hi.data(), j0, nk, [&](const BlockHull& b, const int nr, const int nc) {
                 Scalar* st0 = St.data() + b.cb * BQ + b.rb;
                 Scalar* dpt0 = dPt.data() + b.cb * BQ + b.rb;
                 const Scalar* qi = &q(i0 + b.rb, h, 0);
@@ -1199,7 +1202,7 @@ void backward_host(View3<const Scalar> q, View3<const Scalar> k, View3<const Sca
                                 dKa.data() + b.cb * D, D);
                 rm_gemm<Scalar>(true, false, nr, D, nc, scale, dpt0, BQ, &k(j0 + b.cb, hk, 0), ldk,
                                 Scalar(1), &dq(i0 + b.rb, h, 0), ldq);
-              }
+              });
             }
           }
           for (int r = 0; r < nk; ++r) {
