@@ -188,6 +188,15 @@ std::shared_ptr<CaLayout> CoreAttentionExchange::make_layout() { return std::mak
 
 bool CoreAttentionExchange::bound_moves() const { return bound_ && bound_->any; }
 
+const CaLayout* CoreAttentionExchange::moving_layout(std::int64_t T, const char* fn) const {
+  const CaLayout* L = bound_.get();
+  if (!L || !L->any) return nullptr;
+  if (T != L->tokens)
+    throw std::logic_error(std::string("CoreAttentionExchange::") + fn + ": " + std::to_string(T) +
+                           " query rows, the bound layout has " + std::to_string(L->tokens));
+  return L;
+}
+
 void CoreAttentionExchange::prepare(const std::vector<CaMove>& moves, std::int64_t tokens, CaLayout& into) const {
   const int R = group_.size(), me = group_.rank();
   CaLayout* L = &into;
@@ -327,15 +336,12 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
                                     const View3<float>& v, const View1<const std::int32_t>& kv_lo,
                                     const View1<const std::int32_t>& kv_hi, float scale, const View3<float>& out,
                                     const View2<float>& lse) {
-  const CaLayout* L = bound_.get();
-  if (!L || !L->any) {
+  const CaLayout* L = moving_layout(std::int64_t(q.extent(0)), "forward");
+  if (!L) {
     CoreAttention<float>::forward(layer, slot, q, k, v, kv_lo, kv_hi, scale, out, lse);
     return;
   }
-  const std::int64_t T = std::int64_t(q.extent(0));
-  if (T != L->tokens)
-    throw std::logic_error("CoreAttentionExchange::forward: " + std::to_string(T) +
-                           " query rows, the bound layout has " + std::to_string(L->tokens));
+  const std::int64_t T = L->tokens;  // = q.extent(0) (moving_layout checks it)
   auto& B = *buf_;
   const int R = L->ranks;
   const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;
@@ -404,15 +410,12 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
                                      const View2<float>& lse, const View1<const std::int32_t>& kv_lo,
                                      const View1<const std::int32_t>& kv_hi, float scale, const View3<float>& dq,
                                      const View3<float>& dk, const View3<float>& dv) {
-  const CaLayout* L = bound_.get();
-  if (!L || !L->any) {
+  const CaLayout* L = moving_layout(std::int64_t(q.extent(0)), "backward");
+  if (!L) {
     CoreAttention<float>::backward(layer, slot, q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv);
     return;
   }
-  const std::int64_t T = std::int64_t(q.extent(0));
-  if (T != L->tokens)
-    throw std::logic_error("CoreAttentionExchange::backward: " + std::to_string(T) +
-                           " query rows, the bound layout has " + std::to_string(L->tokens));
+  const std::int64_t T = L->tokens;  // = q.extent(0) (moving_layout checks it)
   auto& B = *buf_;
   const int R = L->ranks;
   const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;

@@ -118,6 +118,9 @@ class CoreAttentionExchange final : public CoreAttention<float> {
  private:
   struct Buffers;
   void exchange(const std::vector<int>& send_counts, const std::vector<int>& recv_counts, bool forward_dir);
+  /// The bound layout when it moves anything, else nullptr (the local kernel
+  /// runs). \throws std::logic_error when T is not the layout's row count.
+  const CaLayout* moving_layout(std::int64_t T, const char* fn) const;
   comm::Communicator group_;
   std::int64_t hq_, hkv_, hd_;
   std::shared_ptr<const CaLayout> bound_;
