@@ -471,23 +471,22 @@ void Communicator::reduce_scatterv(const T* send, T* recv, const std::vector<int
   const CommCpuScope cpu_scope;
   const std::int64_t displ = scatter_displacement(recv_counts, "reduce_scatterv", rank_, size_);
   const MPI_Datatype type = mpi_type<T>();
-  // In place: MPI_IN_PLACE takes the input from recv's buffer (the whole
-  // send) and leaves the result at its start; move it to this rank's range.
+  // In place (recv inside send): the sum is received into a scratch of this
+  // rank's count and copied into its range afterwards, never with
+  // MPI_IN_PLACE (why: reduce_scatterv in communicator.hpp).
   const bool in_place = recv == send + displ;
-  T* const whole = const_cast<T*>(send);
-  const void* sendbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
-  T* const recvbuf = in_place ? whole : recv;
+  std::vector<T> scratch(in_place ? static_cast<std::size_t>(recv_counts[rank_]) : 0);
+  T* const recvbuf = in_place ? scratch.data() : recv;
   if (wait_ == WaitMode::Block) {
-    check_rc(MPI_Reduce_scatter(sendbuf, recvbuf, recv_counts.data(), type, MPI_SUM, comm_), "MPI_Reduce_scatter",
+    check_rc(MPI_Reduce_scatter(send, recvbuf, recv_counts.data(), type, MPI_SUM, comm_), "MPI_Reduce_scatter",
              rank_, size_);
   } else {
     MPI_Request req;
-    check_rc(MPI_Ireduce_scatter(sendbuf, recvbuf, recv_counts.data(), type, MPI_SUM, comm_, &req),
+    check_rc(MPI_Ireduce_scatter(send, recvbuf, recv_counts.data(), type, MPI_SUM, comm_, &req),
              "MPI_Ireduce_scatter", rank_, size_);
     wait(req);
   }
-  if (in_place && displ > 0 && recv_counts[rank_] > 0)
-    std::memmove(whole + displ, whole, sizeof(T) * static_cast<std::size_t>(recv_counts[rank_]));
+  if (in_place && !scratch.empty()) std::memcpy(recv, scratch.data(), sizeof(T) * scratch.size());
 }
 
 // ---- nonblocking collectives -----------------------------------------------------
@@ -518,23 +517,23 @@ Request Communicator::ireduce_scatterv(const T* send, T* recv, const std::vector
   check_live("ireduce_scatterv");
   const CommCpuScope cpu_scope;
   const std::int64_t displ = scatter_displacement(recv_counts, "ireduce_scatterv", rank_, size_);
-  const bool in_place = recv == send + displ;  // as reduce_scatterv
-  T* const whole = const_cast<T*>(send);
+  const bool in_place = recv == send + displ;  // as reduce_scatterv: through a scratch, never MPI_IN_PLACE
+  const auto mine = static_cast<std::size_t>(recv_counts[rank_]);
   Request r;
   r.comm_ = *this;
   r.op_ = "ireduce_scatterv";
   r.counts_ = std::make_shared<std::vector<int>>(recv_counts);
   r.t_start_ = core::wall_seconds();
+  // The scratch lives in the completion step, which the Request keeps until
+  // MPI is done with it.
+  auto scratch = in_place ? std::make_shared<std::vector<T>>(mine) : nullptr;
   MPI_Request req;
-  check_rc(MPI_Ireduce_scatter(in_place ? MPI_IN_PLACE : static_cast<const void*>(send), in_place ? whole : recv,
-                               r.counts_->data(), mpi_type<T>(), MPI_SUM, comm_, &req),
+  check_rc(MPI_Ireduce_scatter(send, in_place ? scratch->data() : recv, r.counts_->data(), mpi_type<T>(), MPI_SUM,
+                               comm_, &req),
            "MPI_Ireduce_scatter", rank_, size_);
   r.pending_.push_back(req);
-  const int mine = recv_counts[rank_];
-  if (in_place && displ > 0 && mine > 0)
-    r.on_complete_ = [whole, displ, mine] {
-      std::memmove(whole + displ, whole, sizeof(T) * static_cast<std::size_t>(mine));
-    };
+  if (in_place && mine > 0)
+    r.on_complete_ = [recv, scratch] { std::memcpy(recv, scratch->data(), sizeof(T) * scratch->size()); };
   return r;
 }
 

@@ -73,6 +73,7 @@ Optimizer::Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::
     const auto n = std::size_t(sh.end - sh.begin);
     m_.emplace_back("adam_m", n);
     v_.emplace_back("adam_v", n);
+    if (zero == 1 && G > 1) grad_shard_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "optim::grad_shard"), n);
     shards_.push_back(std::move(sh));
   }
   // Buckets: whole tensors in reverse registry order, each closed once it
@@ -118,9 +119,11 @@ void Optimizer::start_bucket(std::size_t c, std::size_t k) {
   Kokkos::fence();  // the backward kernels wrote the bucket
   if (zero_ == 0) {
     inflight_.push_back(grid_.dpcp().iallreduce_device(g + bk.begin, std::size_t(bk.end - bk.begin)));
-  } else {  // in place: this rank's part of its owned range receives the sum
-    const std::int64_t mine = std::max<std::int64_t>(bk.begin, std::min(shards_[c].begin, bk.end));
-    inflight_.push_back(grid_.dpcp().ireduce_scatterv_device(g + bk.begin, g + mine, bk.counts));
+  } else {  // this rank's part of the bucket, [max(begin, owned begin), ...), lands in grad_shard_
+    const auto& sh = shards_[c];
+    const std::int64_t mine = std::clamp(bk.begin, sh.begin, sh.end);
+    inflight_.push_back(
+        grid_.dpcp().ireduce_scatterv_device(g + bk.begin, grad_shard_[c].data() + (mine - sh.begin), bk.counts));
   }
 }
 
@@ -133,6 +136,15 @@ void Optimizer::grads_ready(std::size_t c, std::int64_t from) {
 
 void Optimizer::progress() {
   for (auto& r : inflight_) r.test();
+}
+
+void Optimizer::take_reduced_shards() {
+  if (zero_ != 1 || grid_.dpcp().size() <= 1) return;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const auto& sh = shards_[c];
+    Kokkos::deep_copy(Kokkos::subview(chunks_[c]->grads(), std::make_pair(std::size_t(sh.begin), std::size_t(sh.end))),
+                      grad_shard_[c]);
+  }
 }
 
 template <class F> void Optimizer::for_each_owned(std::size_t c, F&& f) const {
@@ -172,6 +184,7 @@ void Optimizer::reduce_gradients() {
     if (hi > lo) dp_in_flight_s_ += hi - lo;
     inflight_.clear();
     std::fill(next_bucket_.begin(), next_bucket_.end(), std::size_t(0));
+    take_reduced_shards();
     return;
   }
   Kokkos::fence();
@@ -196,10 +209,11 @@ void Optimizer::reduce_gradients() {
     }
     if (zero_ == 0) {
       grid_.dpcp().allreduce(g);
-    } else {  // in place: the owned range receives the sum
-      grid_.dpcp().reduce_scatterv_device(g.data(), g.data() + shards_[c].begin, shards_[c].counts);
+    } else {
+      grid_.dpcp().reduce_scatterv_device(g.data(), grad_shard_[c].data(), shards_[c].counts);
     }
   }
+  take_reduced_shards();
   Kokkos::fence();
   dp_in_flight_s_ = dp_exposed_s_ = core::wall_seconds() - t0;
 }

@@ -121,7 +121,7 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   const bool bf16 = cfg.train.precision == "bf16";
   auto elem_bytes = [&](int f) { return bf16 && (f == kXn1 || f == kXn2 || f == kA) ? 2.0 : b; };
   auto field_bytes = [&](int f) { return width[f] * (sp && residual_region(f) ? C_sp : C) * elem_bytes(f); };
-  double params = 0, moments = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
+  double params = 0, moments = 0, grad_shard = 0, acts = 0, rec = 0, grad_ws = 0, p2p_bufs = 0, wstash = 0;
   const double bb = opt.bf16_operand_bytes > 0 ? opt.bf16_operand_bytes : model::bf16_operand_bytes();
   const bool widen = bb == 4;  // no weight copies; weight-row and output-column blocks instead (bf16_gemm.hpp)
   double bf16_w = 0, bf16_ws = 0, chunk_max = 0;
@@ -152,6 +152,7 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
       }
     }
     moments += 2 * (par.zero == 1 ? std::ceil(P / G) : P);
+    if (par.zero == 1 && G > 1) grad_shard += std::ceil(P / G);
     // Layers that recompute: the first recompute_layers local ones (0: all).
     const bool any = mc.recompute != "none";
     const double n_rc = !any ? 0 : (mc.recompute_layers > 0 ? std::min<double>(mc.recompute_layers, nl) : nl);
@@ -183,6 +184,9 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
   e.terms.push_back({"gradients", params * b, "model::param_grads"});
   e.terms.push_back({"optimizer_state", moments * 4.0,
                      par.zero == 1 ? fmt::format("AdamW m, v (fp32) / G={}", G) : "AdamW m, v (fp32)"});
+  if (grad_shard > 0)
+    e.terms.push_back({"grad_shard", grad_shard * 4.0,
+                       fmt::format("optim::grad_shard: the ZeRO-1 reduce-scatter's receive buffer / G={}", G)});
   e.terms.push_back({"activations", acts,
                      fmt::format("model::activations: {} slots x ({} per layer{}, x_out, last stage: logits)", e.slots,
                                  kept, mc.recompute_layers > 0 ? " in recomputed layers" : "")});

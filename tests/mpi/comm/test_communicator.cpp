@@ -242,6 +242,39 @@ TEST_P(CommTest, InPlaceReduceScattervAndAllgatherv) {
   }
 }
 
+// In place with the uneven counts of a ZeRO-1 gradient bucket, large enough
+// for MPICH's pairwise algorithm (the size of a 25 MiB bucket's shares):
+// rank r's displacement is below its count (0 < displ < count), where
+// MPI_IN_PLACE aborts in MPICH 4 with an overlapping memcpy. Blocking and
+// nonblocking, every rank's range checked, the other ranges untouched.
+TEST_P(CommTest, InPlaceReduceScattervUnevenLargeBuckets) {
+  const int R = c.size(), me = c.rank();
+  std::vector<int> counts(R), displs(R);
+  int total = 0;
+  for (int q = 0; q < R; ++q) {
+    counts[q] = 40000 * (q + 1) * (q + 1) + 7 * q;  // 40000, 160007, 360014, ...
+    displs[q] = total;
+    total += counts[q];
+  }
+  auto value = [](int rank, int k) { return float((rank + 1) * (k % 1024)); };
+  const float rank_sum = float(R * (R + 1) / 2);
+  for (const bool nonblocking : {false, true}) {
+    std::vector<float> buf(total);
+    for (int k = 0; k < total; ++k) buf[k] = value(me, k);
+    const int d = displs[me];
+    if (nonblocking) {
+      auto req = c.ireduce_scatterv(buf.data(), buf.data() + d, counts);
+      req.wait();
+    } else {
+      c.reduce_scatterv(buf.data(), buf.data() + d, counts);
+    }
+    for (int k = 0; k < total; ++k) {
+      const bool mine = k >= d && k < d + counts[me];
+      ASSERT_EQ(buf[k], mine ? rank_sum * float(k % 1024) : value(me, k)) << "k=" << k << " nb=" << nonblocking;
+    }
+  }
+}
+
 TEST_P(CommTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < c.size(); ++root) {
     std::vector<std::uint64_t> b(17, c.rank() == root ? 0 : 99);

@@ -159,8 +159,14 @@ class Communicator {
   /// the sum over ranks of send[displs[r] .. displs[r]+recv_counts[r]),
   /// displs[r] = Σ_{q<r} recv_counts[q].
   /// In place when recv == send + displs[rank()] (host buffers): the sum lands
-  /// in this rank's own range of `send`; the other ranges are left undefined
-  /// (ZeRO-1 keeps no extra gradient buffer, as Megatron's distributed optimizer).
+  /// in this rank's own range of `send`; the other ranges are unchanged.
+  /// In place costs a scratch of recv_counts[rank()] elements and one copy:
+  /// MPI_IN_PLACE is not used, because MPICH 4's pairwise reduce-scatter
+  /// (large messages) then moves the result from recv + displs[rank()] to
+  /// recv with an overlapping memcpy and aborts ("memcpy argument memory
+  /// ranges overlap") whenever 0 < displs[rank()] < recv_counts[rank()] —
+  /// the uneven counts of a ZeRO-1 gradient bucket. Callers that reduce every
+  /// step (optim::Optimizer) pass their own receive buffer instead.
   template <class T>
   void reduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const;
 
@@ -173,8 +179,8 @@ class Communicator {
   template <class T> Request iallreduce(T* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const;
   /// As reduce_scatterv (sum; in place when recv == send + displs[rank()]),
   /// started nonblocking; recv_counts is copied into the Request (MPI reads it
-  /// until completion). The in-place move into this rank's range happens when
-  /// the Request completes.
+  /// until completion). In place, the result is received into a scratch the
+  /// Request owns and copied into this rank's range when it completes.
   template <class T>
   Request ireduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const;
   /// All-to-all with per-peer counts (MPI_Ialltoallv), started nonblocking:

@@ -15,12 +15,15 @@
 /// cp_rank) in contiguous ranges of each chunk's flat parameter buffer: rank g
 /// owns elements zero_range(N_c, |G|, g) = model::split_range(N_c, |G|, g) of
 /// chunk c (N_c = chunk->local_numel()), so a range may start or end inside a
-/// tensor. reduce_gradients() reduce-scatters the gradients in place (only the
-/// owned range of grads() is the reduced sum afterwards; the rest is
-/// undefined until the next zero_grad()), step() updates the owned range and
-/// all-gathers the parameters in place, so every replica again holds the same
-/// values. Memory: the moments take 2·4·N_c/|G| bytes instead of 2·4·N_c;
-/// no extra gradient or parameter buffer.
+/// tensor. reduce_gradients() reduce-scatters the gradients into a receive
+/// buffer of the owned range and copies the sums into the owned range of
+/// grads() (only that range is the reduced sum afterwards; the rest keeps
+/// this rank's local sum until the next zero_grad()), step() updates the
+/// owned range and all-gathers the parameters in place, so every replica
+/// again holds the same values. Memory: the moments take 2·4·N_c/|G| bytes
+/// instead of 2·4·N_c, plus the 4·N_c/|G|-byte receive buffer ("grad_shard").
+/// Not in place because MPICH's in-place reduce-scatter aborts on the uneven
+/// counts of a bucket (comm::Communicator::reduce_scatterv explains).
 ///
 /// Global norm: ‖g‖ = sqrt(Σ over every parameter element of g²), each element
 /// counted once: tensors replicated over TP (norm weights) only on tp rank 0,
@@ -42,7 +45,7 @@
 /// elements [from, N_c) of a chunk hold their final value of the step
 /// (grads_ready, called during the chunk's last W or fused backward), every
 /// bucket lying wholly in that range is started nonblocking: an in-place
-/// all-reduce, or under ZeRO-1 an in-place reduce-scatter of the bucket with
+/// all-reduce, or under ZeRO-1 a reduce-scatter of the bucket with
 /// per-rank counts |[begin_k, end_k) ∩ zero_range(g)| (a ZeRO range may cut
 /// through a bucket, or hold none of it). reduce_gradients() starts what is
 /// left and waits for all. Every group rank starts the same buckets in the
@@ -188,6 +191,9 @@ class Optimizer {
   int zero_ = 0;
   std::vector<Shard> shards_;
   std::vector<Vec> m_, v_;
+  std::vector<Vec> grad_shard_;  // ZeRO-1 on |G| > 1: the reduce-scatter's receive buffer (owned range)
+  /// ZeRO-1: copies the reduced sums from grad_shard_ into the owned range of grads().
+  void take_reduced_shards();
 };
 
 }  // namespace wlb::optim

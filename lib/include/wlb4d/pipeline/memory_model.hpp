@@ -22,6 +22,8 @@
 ///   parameters          P_c·b                     [model::param_values]
 ///   gradients           P_c·b                     [model::param_grads]
 ///   optimizer_state     2·P_c·4, ZeRO-1: 2·⌈P_c/G⌉·4 (fp32 AdamW m, v)
+///   grad_shard          ZeRO-1 with G > 1: ⌈P_c/G⌉·4 (the reduce-scatter's
+///                       receive buffer)  [optim::grad_shard]
 ///   activations         s·(Σ_layers kept fields + stage top)·b    [model::activations]
 ///                       fields per token (transformer.cpp LayerViews):
 ///                       x_in d, rstd1 1, xn1 d, q qd, k kd, v kd, o qd,
