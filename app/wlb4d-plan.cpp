@@ -4,11 +4,11 @@
 // (rank 0 does the work if launched under mpiexec).
 //
 //   wlb4d-plan DECK [--section.key=value ...] [--csv FILE]
-//   wlb4d-plan DECK --search [--top N] [--write-deck FILE]   (DESIGN §11, pipeline/search.hpp)
+//   wlb4d-plan DECK --search [--top N] [--write-deck FILE]   (DESIGN §11, plan/search.hpp)
 #include "tool_version.hpp"
 #include "wlb4d/balance/doc_source.hpp"
-#include "wlb4d/pipeline/search.hpp"
-#include "wlb4d/pipeline/simulate.hpp"
+#include "wlb4d/plan/search.hpp"
+#include "wlb4d/plan/simulate.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/mpi_main.hpp"
@@ -131,21 +131,21 @@ int main(int argc, char** argv) {
                                                           : wlb::balance::load_lengths_json(path);
     std::printf("document lengths: %s (%zu documents)\n", path.c_str(), lengths.size());
     if (search) {
-      const auto rep = wlb::pipeline::search_layouts(cfg, lengths);
-      std::printf("%s", wlb::pipeline::format_search(rep, top).c_str());
+      const auto rep = wlb::plan::search_layouts(cfg, lengths);
+      std::printf("%s", wlb::plan::format_search(rep, top).c_str());
       if (!write_deck.empty()) {
         std::ofstream out(write_deck);
-        out << wlb::pipeline::search_deck(rep.ranked.front(), fs::absolute(path).lexically_normal().string());
+        out << wlb::plan::search_deck(rep.ranked.front(), fs::absolute(path).lexically_normal().string());
         if (!out) throw DataError("cannot write --write-deck file '" + write_deck + "'");
         std::printf("wrote %s (%s)\n", write_deck.c_str(), rep.ranked.front().label().c_str());
       }
       return 0;
     }
-    const auto report = wlb::pipeline::simulate_plan(cfg, lengths);
-    std::printf("%s", wlb::pipeline::format_table(report, cfg).c_str());
+    const auto report = wlb::plan::simulate_plan(cfg, lengths);
+    std::printf("%s", wlb::plan::format_table(report, cfg).c_str());
     if (!csv.empty()) {
       std::ofstream out(csv);
-      out << wlb::pipeline::format_csv(report);
+      out << wlb::plan::format_csv(report);
       if (!out) throw DataError("cannot write --csv file '" + csv + "'");
       std::printf("wrote %s\n", csv.c_str());
     }

@@ -3,7 +3,7 @@
 /// \brief wlb::pipeline — pipeline schedules as data, the layer -> stage map,
 /// and a timing simulator of the action lists. There is one schedule
 /// implementation: the trainer's executor runs build_schedule()'s lists and
-/// the planner (pipeline/simulate.hpp, wlb4d-plan) simulates the same lists.
+/// the planner (plan/simulate.hpp, wlb4d-plan) simulates the same lists.
 ///
 /// Terms. p = pp_size pipeline ranks, v = virtual_stages model chunks per rank,
 /// m = num_micro_batches per step (per DP replica). The model is cut into

@@ -1,12 +1,12 @@
 // Layout search of wlb4d-plan --search (see search.hpp).
-#include "wlb4d/pipeline/search.hpp"
+#include "wlb4d/plan/search.hpp"
 
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
-#include "wlb4d/pipeline/simulate.hpp"
+#include "wlb4d/plan/simulate.hpp"
 
 #include <fmt/format.h>
 
@@ -17,7 +17,8 @@
 #include <sstream>
 #include <tuple>
 
-namespace wlb::pipeline {
+namespace wlb::plan {
+using namespace wlb::pipeline;  // schedules, stage times and the memory model the trainer runs
 
 namespace {
 
@@ -347,4 +348,4 @@ std::string search_deck(const SearchCandidate& best, const std::string& lengths_
       best.steps, core::to_ini(c));
 }
 
-}  // namespace wlb::pipeline
+}  // namespace wlb::plan

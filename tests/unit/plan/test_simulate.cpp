@@ -2,13 +2,14 @@
 // (one schedule implementation), against analytic makespans and bubbles.
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
-#include "wlb4d/pipeline/simulate.hpp"
+#include "wlb4d/plan/simulate.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
 using namespace wlb::pipeline;
+using namespace wlb::plan;
 namespace core = wlb::core;
 namespace balance = wlb::balance;
 

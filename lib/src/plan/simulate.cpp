@@ -1,5 +1,5 @@
 // Cluster-scale simulator behind wlb4d-plan (see simulate.hpp).
-#include "wlb4d/pipeline/simulate.hpp"
+#include "wlb4d/plan/simulate.hpp"
 
 #include "wlb4d/balance/attention_tasks.hpp"
 #include "wlb4d/balance/doc_source.hpp"
@@ -14,9 +14,10 @@
 #include <chrono>
 #include <sstream>
 
-namespace wlb::pipeline {
+namespace wlb::plan {
 
 using namespace wlb::balance;
+using namespace wlb::pipeline;  // schedules, stage times and the memory model the trainer runs
 
 namespace {
 
@@ -468,4 +469,4 @@ std::string format_csv(const PlanReport& rep) {
   return out;
 }
 
-}  // namespace wlb::pipeline
+}  // namespace wlb::plan

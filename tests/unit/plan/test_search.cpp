@@ -1,4 +1,4 @@
-// The layout search of wlb4d-plan --search (pipeline/search.hpp): it never
+// The layout search of wlb4d-plan --search (plan/search.hpp): it never
 // proposes what the trainer's deck validation rejects (checked by parsing
 // each proposal back as a deck, as wlb4d --check does), it always evaluates
 // the deck's own setting, it enumerates every legal layout, and on
@@ -6,8 +6,8 @@
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
-#include "wlb4d/pipeline/search.hpp"
-#include "wlb4d/pipeline/simulate.hpp"
+#include "wlb4d/plan/search.hpp"
+#include "wlb4d/plan/simulate.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 
 using namespace wlb;
 using namespace wlb::pipeline;
+using namespace wlb::plan;
 
 namespace {
 

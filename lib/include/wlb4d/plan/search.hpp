@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-namespace wlb::pipeline {
+namespace wlb::plan {
 
 /// One evaluated candidate.
 struct SearchCandidate {
@@ -104,4 +104,4 @@ std::string format_search(const SearchReport& report, int top);
 /// absolute path keeps the deck usable from any folder).
 std::string search_deck(const SearchCandidate& best, const std::string& lengths_path);
 
-}  // namespace wlb::pipeline
+}  // namespace wlb::plan

@@ -6,8 +6,9 @@
 /// model, an α–β communication model and an action-by-action simulation of
 /// the trainer's own pipeline action lists (schedule.hpp: the lists
 /// build_all_schedules() gives the executor, run by simulate_schedule() with
-/// eager sends). It lives in pipeline, above balance, because it needs both
-/// the packers and the one schedule implementation.
+/// eager sends). It is an area of its own (plan, namespace wlb::plan), above
+/// pipeline and balance, because it needs both the packers and the one
+/// schedule implementation, and because nothing the trainer runs needs it.
 ///
 /// Step-time model (all seconds; per DP replica, then the max over replicas,
 /// since the gradient reduction synchronises them):
@@ -46,7 +47,7 @@
 #include <string>
 #include <vector>
 
-namespace wlb::pipeline {
+namespace wlb::plan {
 
 using balance::CostModel;
 using balance::RunMetrics;
@@ -66,7 +67,7 @@ CostModel plan_cost_model(const core::Config& cfg);
 /// micro-batches per replica: exactly the lists the trainer's executor runs
 /// (pipeline::training_action_list) for the deck's schedule and layout.
 /// \throws core::ConfigError as build_all_schedules.
-std::vector<std::vector<Action>> planner_action_lists(const core::ParallelConfig& par, int m);
+std::vector<std::vector<pipeline::Action>> planner_action_lists(const core::ParallelConfig& par, int m);
 
 /// One link of the α–β model: a message of n bytes takes alpha_s + n·beta_s_per_byte seconds.
 struct Link {
@@ -208,4 +209,4 @@ std::string format_table(const PlanReport& report, const core::Config& cfg);
 /// attention (local | disaggregated),ca_imbalance_before,ca_imbalance_after,ca_bytes_per_layer.
 std::string format_csv(const PlanReport& report);
 
-}  // namespace wlb::pipeline
+}  // namespace wlb::plan
