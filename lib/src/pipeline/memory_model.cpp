@@ -7,12 +7,15 @@
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/memory.hpp"
 #include "wlb4d/core/types.hpp"
+#include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/model/attention.hpp"
 #include "wlb4d/model/bf16_gemm.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <unistd.h>
 #include <cmath>
 #include <map>
 
@@ -249,6 +252,39 @@ std::string format_memory(const MemoryEstimate& e) {
   }
   out += fmt::format(" ({} in flight, capacity {:.0f} tokens)", e.slots, e.capacity_tokens);
   return out;
+}
+
+HostPlacement check_memory_fits(const core::Config& cfg, const grid::ProcessGrid& grid, double mine) {
+  constexpr bool host = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+  HostPlacement where_ranks;
+  double need = mine, have = 0;
+  std::string where;
+  if (host) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    where_ranks.host = name;
+    const int color = int(std::hash<std::string>{}(name) & 0x3fffffff);
+    const auto node = grid.world().split(color, grid.rank());
+    need = node->allreduce_value(mine);
+    const double avail = double(core::available_host_bytes());
+    have = node->allreduce_value(avail, comm::ReduceOp::Min);
+    where = fmt::format("MemAvailable of host {} (/proc/meminfo), shared by its {} ranks", name, node->size());
+    where_ranks.one_host =
+        grid.world().allreduce_value(node->size() == grid.world_size() ? 1 : 0, comm::ReduceOp::Min) == 1;
+    if (avail < 0) return where_ranks;  // unknown: no bound
+  } else {
+    have = cfg.plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
+    where = fmt::format("plan.device_memory_gib={} of device memory per rank", cfg.plan.device_memory_gib);
+  }
+  const int over = grid.world().allreduce_value(need > have ? 1 : 0, comm::ReduceOp::Max);
+  if (over == 0) return where_ranks;
+  const double worst = grid.world().allreduce_value(mine, comm::ReduceOp::Max);
+  throw core::ConfigError(fmt::format(
+      "the memory model predicts {} on this rank (pp rank {}, tp rank {}; {} needed{}; max over ranks {}), but "
+      "only {} is available ({}): reduce train.micro_batches, train.max_seq_len/balance.max_tokens or "
+      "model size, or use more ranks, model.recompute, parallel.zero=1",
+      core::format_bytes(mine), grid.pp_rank(), grid.tp_rank(), core::format_bytes(need),
+      host ? " by the ranks of this host" : "", core::format_bytes(worst), core::format_bytes(have), where));
 }
 
 }  // namespace wlb::pipeline

@@ -4,6 +4,7 @@
 #include "wlb4d/balance/metrics.hpp"
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/balance/packer.hpp"
+#include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/memory.hpp"
@@ -18,6 +19,7 @@
 #include "wlb4d/pipeline/executor.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
 #include "wlb4d/train/calibrate.hpp"
+#include "wlb4d/train/report.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <spdlog/spdlog.h>
@@ -32,18 +34,6 @@
 #include <unistd.h>
 
 namespace wlb::train {
-
-std::string tp_host_advice(int tp, int world, int host_ranks, int host_cores) {
-  if (tp <= 1 || host_ranks != world || world < 1 || host_cores >= kTpAdviceCoresPerRank * world) return {};
-  return fmt::format(
-      "parallel.tp={} with all {} ranks on one host of {} cores (fewer than {} per rank): tensor parallelism is not "
-      "advised here. Every layer all-reduces its activations over TP in the forward and its input gradients in the "
-      "backward, and at these sizes that costs about what the split GEMMs save: measured on "
-      "inputs/bench-quickstart.ini, 2 ranks on 2 shared cores, tp=2 ran at 0.80x of 1 rank's tokens/s (0.74-0.84x; "
-      "313-340 ms of a 655-715 ms step in TP collectives, 286-312 ms computing), dp=2 at 1.27x. Prefer parallel.dp (or pp) over tp on this host; "
-      "tp pays across GPUs or hosts with many cores per rank.",
-      tp, world, host_cores, kTpAdviceCoresPerRank);
-}
 
 namespace {
 
@@ -61,9 +51,6 @@ class StreamSource final : public balance::DocSource {
   data::DocumentStream& s_;
 };
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 /// Σ over spans of d(d+1)/2: (query, key) pairs per head under the mask.
 std::int64_t attention_pairs(const balance::MicroBatch& mb) {
@@ -84,99 +71,21 @@ void add_run_stats(io::TimingRecord& rec, const pipeline::RunStats& r) {
   rec.compute_cpu += r.compute_cpu_s;
 }
 
-/// Tokens, seconds and FLOP since the last printed step line.
-struct Throughput {
-  double tokens = 0, seconds = 0, flops = 0;
-  void add(const StepResult& r) {
-    tokens += double(r.tokens);
-    seconds += r.seconds;
-    flops += r.model_flops;
+/// Wall seconds between consecutive calls (the first: since construction).
+class Lap {
+ public:
+  double operator()() {
+    const double t = core::wall_seconds(), d = t - last_;
+    last_ = t;
+    return d;
   }
+
+ private:
+  double last_ = core::wall_seconds();
 };
 
 /// Peak resident host memory of this process (MiB; core::peak_rss_bytes).
 double peak_rss_mib() { return double(core::peak_rss_bytes()) / (1024.0 * 1024.0); }
-
-/// "1:02:03" (hours unbounded).
-std::string hms(double seconds) {
-  const auto t = std::int64_t(std::max(0.0, seconds) + 0.5);
-  return fmt::format("{}:{:02d}:{:02d}", t / 3600, int(t / 60 % 60), int(t % 60));
-}
-
-/// 950, 12.3k, 4.56M, 7.89G (tokens).
-std::string human_count(double x) {
-  if (x < 1e3) return fmt::format("{:.0f}", x);
-  if (x < 1e6) return fmt::format("{:.1f}k", x * 1e-3);
-  if (x < 1e9) return fmt::format("{:.2f}M", x * 1e-6);
-  return fmt::format("{:.2f}G", x * 1e-9);
-}
-
-/// What the step line needs beyond the step's own result.
-struct StepLineContext {
-  int total_steps = 0;
-  int devices = 1;          ///< world size: throughput and MFU are per device (rank)
-  double peak_tflops = 0;   ///< log.peak_tflops (0: no MFU field)
-  double elapsed = 0;       ///< seconds since run() started
-  double eta = 0;           ///< seconds left at the mean pace (eval and checkpoints included)
-};
-
-/// Rank 0's step line: progress, loss, throughput since the last line (per
-/// device and as MFU), the step's own time and, apart, its evaluation and
-/// checkpoint time, memory, ETA, and the compute time and imbalance over
-/// ranks of this step (`all`: every rank's record).
-void print_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
-                     const StepLineContext& ctx) {
-  double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0;
-  double dpx = 0, dpf = 0, tpx = 0, tpf = 0;  // communication exposed / in flight, max over ranks
-  double cax = 0, cabytes = 0;  // core attention: exposed wait (max over ranks), bytes moved
-  for (const auto& r : all) {
-    cax = std::max(cax, r.ca_exposed);
-    cabytes += r.ca_bytes / 2;  // each byte is counted by its sender and its receiver
-    dpx = std::max(dpx, r.dp_exposed);
-    dpf = std::max(dpf, r.dp_in_flight);
-    tpx = std::max(tpx, r.tp_exposed);
-    tpf = std::max(tpf, r.tp_in_flight);
-    mem = std::max(mem, r.rss_mib);
-    eval = std::max(eval, r.time[io::kEval]);
-    ckpt = std::max(ckpt, r.time[io::kCheckpoint]);
-    const double c = r.time[io::kForward] + r.time[io::kBackward];
-    tmin = std::min(tmin, c);
-    tmax = std::max(tmax, c);
-    tsum += c;
-    cmax = std::max(cmax, r.compute_cpu);
-    csum += r.compute_cpu;
-  }
-  // Measured imbalance: max/mean compute CPU time over ranks (not wall, which
-  // time-slicing inflates when ranks outnumber cores).
-  const double cpu_imb = csum > 0 ? cmax / (csum / double(all.size())) : 1.0;
-  const std::string val = last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "";
-  const double flops_dev = w.seconds > 0 ? w.flops / w.seconds / double(ctx.devices) : 0;
-  const std::string mfu =
-      ctx.peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
-  // Disaggregated attention: the plan's max/mean attention cost over ranks before -> after, traffic, wait.
-  // Group imbalance of the plan (Σ over micro-batches of max / mean; the worst group over stages).
-  double cai_b = 0, cai_a = 0;
-  for (const auto& r : all) {
-    cai_b = std::max(cai_b, r.ca_imbalance_before);
-    cai_a = std::max(cai_a, r.ca_imbalance);
-  }
-  const std::string ca = cai_b > 0 ? fmt::format(" | core attn {:.2f}->{:.2f}, {:.1f} MiB, exposed {:.1f} ms", cai_b,
-                                                 cai_a, cabytes / 1048576.0, cax * 1e3)
-                                   : std::string();
-  const std::string extra = (eval > 0 ? fmt::format(" | eval {:.0f} ms", eval * 1e3) : std::string()) +
-                            (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string());
-  spdlog::info(
-      "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
-      " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
-      " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}"
-      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms{}",
-      last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
-      human_count(double(last.record.tokens_seen)), last.tokens,
-      w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
-      extra, mem, hms(ctx.eta), tmin * 1e3, tsum / double(all.size()) * 1e3, tmax * 1e3,
-      last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb, dpx * 1e3, dpf * 1e3, tpx * 1e3,
-      tpf * 1e3, ca);
-}
 
 }  // namespace
 
@@ -202,7 +111,7 @@ struct Trainer::Impl {
   std::vector<balance::MicroBatch> val_mbs;
   std::int64_t val_targets = 0;
   std::string resumed_from;  // the checkpoint this run resumed from ("" : a fresh start)
-  double run_start = 0;      // now() when this start's training began (step line's elapsed, ETA)
+  double run_start = 0;      // core::wall_seconds() when this start's training began (step line's elapsed, ETA)
   std::vector<io::TraceRecord> trace_rows;  // this rank's actions of the traced step (log.trace_step)
   double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
   pipeline::MemoryEstimate mem;  // this rank's predicted peak (memory model)
@@ -271,64 +180,25 @@ struct Trainer::Impl {
       dir_lock.acquire(ck.dir, g.world());
       io::check_checkpoint_dir(ck.dir, g.world(), io::checkpoint_bytes_estimate(ckpt->tensors()));
     }
-    last_ckpt_time = now();
+    last_ckpt_time = core::wall_seconds();
   }
 
-  /// Upper bound ([N], DESIGN §10): the memory model's prediction for this
-  /// rank against what it can get, before any large allocation. Host memory
-  /// (MemSpace host-accessible): the ranks sharing a host together against
-  /// its MemAvailable. Device memory: this rank against plan.device_memory_gib.
-  /// Rank 0 prints the prediction per pipeline stage. Collective over the world.
+  /// The memory model's prediction for this rank, printed by rank 0, and the
+  /// upper bound of DESIGN §10 before any large allocation
+  /// (pipeline::check_memory_fits; collective over the world).
   /// \throws core::ConfigError on every rank, with both numbers.
   void check_memory_fits() {
     pipeline::MemoryOptions opt;
     opt.dpcp_rank = grid.dpcp().rank();
     mem = pipeline::predict_memory(cfg, vocab, grid.pp_rank(), grid.tp_rank(), opt);
-    const double mine = mem.total();
+    if (grid.rank() == 0) print_memory_model(cfg, vocab, opt);
+    const auto placed = pipeline::check_memory_fits(cfg, grid, mem.total());
     if (grid.rank() == 0) {
-      // What scripts/bench.sh divides by the SGEMM rate for the GEMM-bound share ([P] 1).
-      const std::int64_t nmm = model::matmul_params(cfg.model, vocab);
-      spdlog::info("model: {} matmul parameters (LM head included, embedding excluded), vocabulary {}: "
-                   "GEMM work 6*N_mm = {:.4g} FLOP per token (forward + backward)",
-                   nmm, vocab, 6.0 * double(nmm));
-      const auto stages = pipeline::predict_memory_stages(cfg, vocab, opt);
-      for (const auto& e : stages)
-        spdlog::info("memory model: pp rank {} (tp rank 0): {}", e.pp_rank, pipeline::format_memory(e));
-      spdlog::info("memory model: predicted peak per rank, max over ranks {} (pp rank {})",
-                   core::format_bytes(pipeline::max_memory(stages).total()), pipeline::max_memory(stages).pp_rank);
+      const std::string advice = tp_host_advice(grid.tp_size(), grid.world_size(),
+                                                placed.one_host ? grid.world_size() : 0,
+                                                int(sysconf(_SC_NPROCESSORS_ONLN)));
+      if (!advice.empty()) spdlog::warn("{}", advice);
     }
-    constexpr bool host = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
-    double need = mine, have = 0;
-    std::string where;
-    if (host) {
-      char name[256] = {};
-      gethostname(name, sizeof(name) - 1);
-      const int color = int(std::hash<std::string>{}(name) & 0x3fffffff);
-      const auto node = grid.world().split(color, grid.rank());
-      need = node->allreduce_value(mine);
-      const double avail = double(core::available_host_bytes());
-      have = node->allreduce_value(avail, comm::ReduceOp::Min);
-      where = fmt::format("MemAvailable of host {} (/proc/meminfo), shared by its {} ranks", name, node->size());
-      const int all_here = grid.world().allreduce_value(node->size() == grid.world_size() ? 1 : 0, comm::ReduceOp::Min);
-      if (grid.rank() == 0) {
-        const std::string advice = tp_host_advice(grid.tp_size(), grid.world_size(), all_here ? grid.world_size() : 0,
-                                                  int(sysconf(_SC_NPROCESSORS_ONLN)));
-        if (!advice.empty()) spdlog::warn("{}", advice);
-      }
-      if (avail < 0) return;  // unknown: no bound
-    } else {
-      have = cfg.plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
-      where = fmt::format("plan.device_memory_gib={} of device memory per rank", cfg.plan.device_memory_gib);
-    }
-    const int over = grid.world().allreduce_value(need > have ? 1 : 0, comm::ReduceOp::Max);
-    if (over == 0) return;
-    const double worst = grid.world().allreduce_value(mine, comm::ReduceOp::Max);
-    throw core::ConfigError(fmt::format(
-        "the memory model predicts {} on this rank (pp rank {}, tp rank {}; {} needed{}; max over ranks {}), but "
-        "only {} is available ({}): reduce train.micro_batches, train.max_seq_len/balance.max_tokens or "
-        "model size, or use more ranks, model.recompute, parallel.zero=1",
-        core::format_bytes(mine), grid.pp_rank(), grid.tp_rank(), core::format_bytes(need),
-        host ? " by the ranks of this host" : "", core::format_bytes(worst), core::format_bytes(have), where));
   }
 
   /// The model's vocabulary: the training set's, or model.vocab_size (padded).
@@ -475,6 +345,52 @@ struct Trainer::Impl {
                   : -1.0;
   }
 
+  /// The step's communication figures: DP exposed / in flight and, with
+  /// disaggregated attention, the plan's core-attention balance and the
+  /// exchange's traffic and wait.
+  void fill_comm_stats(io::TimingRecord& rec) {
+    if (exec->disaggregated_attention()) {
+      const auto& ca = exec->attention_stats();
+      const auto x = exec->take_attention_exchange_stats();
+      rec.ca_cost_before = ca.cost_before;
+      rec.ca_cost_after = ca.cost_after;
+      rec.ca_imbalance_before = ca.imbalance_before();
+      rec.ca_imbalance = ca.imbalance_after();
+      rec.ca_bytes = x.bytes_sent + x.bytes_received;
+      rec.ca_exposed = x.exposed_s;
+    }
+    rec.dp_exposed = opt->dp_exposed_seconds();
+    rec.dp_in_flight = opt->dp_in_flight_seconds();
+  }
+
+  /// Global grad norm, NaN/inf check, clip and AdamW (collective), then the
+  /// bf16 weight copies marked stale for the next forward.
+  optim::UpdateResult update(double loss) {
+    const optim::UpdateResult upd = opt->step(step, loss);
+    for (auto& chunk : exec->chunks()) chunk->mark_weights_updated();
+    Kokkos::fence();
+    return upd;
+  }
+
+  /// The step's start time, after the device is idle. A traced step starts
+  /// at a world barrier so that every rank's trace shares its origin (ranks
+  /// of one node also share the steady clock). Collective when traced.
+  double start_clock(bool traced) const {
+    Kokkos::fence();
+    if (traced) grid.world().barrier();
+    return core::wall_seconds();
+  }
+
+  /// The step's result completed with its wall time (max over ranks:
+  /// collective) and this rank's timing record.
+  StepResult finish_step(StepResult res, io::TimingRecord& rec, const balance::StepMetrics& metrics) const {
+    res.seconds = grid.world().allreduce_value(rec.time[io::kTotal], comm::ReduceOp::Max);
+    fill_record(rec, res, metrics);
+    fill_memory(rec);
+    res.record = rec;
+    return res;
+  }
+
   /// The traced step's actions as /trace rows, times from the step's start.
   void keep_trace(const std::vector<pipeline::ActionTiming>& t, double t_start) {
     trace_rows.clear();
@@ -511,7 +427,7 @@ struct Trainer::Impl {
   /// 0 none, 1 checkpoint.every_minutes elapsed, 2 SIGTERM/SIGUSR1 (checkpoint, then stop).
   int agreed_checkpoint_urgency() const {
     const auto& ck = cfg.checkpoint;
-    int urgent = (ck.every_minutes > 0 && now() - last_ckpt_time >= 60.0 * ck.every_minutes) ? 1 : 0;
+    int urgent = (ck.every_minutes > 0 && core::wall_seconds() - last_ckpt_time >= 60.0 * ck.every_minutes) ? 1 : 0;
     if (core::stop_signal() != 0) urgent = 2;
     return grid.world().allreduce_value(urgent, comm::ReduceOp::Max);
   }
@@ -526,36 +442,6 @@ struct Trainer::Impl {
   void fill_memory(io::TimingRecord& rec) const {
     rec.mem_predicted = std::int64_t(mem.total());
     rec.mem_measured = core::kokkos_peak_bytes(MemSpace::name());  // the space the model predicts
-  }
-
-  /// Rank 0: predicted vs measured peak (Kokkos high-water mark) per rank.
-  /// Collective over the world.
-  void print_memory_report() const {
-    const int n = grid.world_size();
-    std::vector<double> mine = {mem.total(), double(core::kokkos_peak_bytes(MemSpace::name())), double(core::peak_rss_bytes()),
-                                double(grid.pp_rank()), double(grid.tp_rank())};
-    std::vector<double> all(mine.size() * std::size_t(n));
-    grid.world().allgather(mine.data(), all.data(), mine.size());
-    if (grid.rank() != 0) return;
-    for (int r = 0; r < n; ++r) {
-      const double* x = &all[std::size_t(r) * mine.size()];
-      spdlog::info("memory rank {} (pp {}, tp {}): predicted {} | measured Kokkos peak {} ({:+.1f}%) | peak RSS {}",
-                   r, int(x[3]), int(x[4]), core::format_bytes(x[0]), core::format_bytes(x[1]),
-                   x[0] > 0 ? (x[1] / x[0] - 1) * 100 : 0.0, core::format_bytes(x[2]));
-    }
-  }
-
-  /// Run summary: peak resident memory per rank (getrusage, KiB on Linux).
-  void print_summary(const StepResult& last, bool stopped) const {
-    print_memory_report();
-    const double rss_mib = peak_rss_mib();
-    const double rss_max = grid.world().allreduce_value(rss_mib, comm::ReduceOp::Max);
-    const double rss_min = grid.world().allreduce_value(rss_mib, comm::ReduceOp::Min);
-    if (grid.rank() != 0) return;
-    if (stopped) spdlog::warn("stop requested (SIGTERM/SIGUSR1): checkpoint written after step {}", step);
-    if (cfg.train.steps > 0)
-      spdlog::info("done: {} steps | peak memory per rank {:.0f}-{:.0f} MiB | final loss {:.4f}{}", step, rss_min,
-                   rss_max, last.loss, last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "");
   }
 
   /// Writes the checkpoint of the current step (collective over the world).
@@ -581,7 +467,7 @@ struct Trainer::Impl {
     info.vocab = vocab;  // padded vocabulary: the tensors' shape
     info.precision = cfg.train.precision;
     const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), st, info);
-    last_ckpt_time = now();
+    last_ckpt_time = core::wall_seconds();
     if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
     return path;
   }
@@ -660,25 +546,19 @@ StepResult Trainer::step() {
   auto& I = *impl_;
   core::fault_point("step", I.grid.rank(), I.step);  // tests only (WLB4D_FAULT)
   io::TimingRecord rec = I.new_record();
-  // log.trace_step counts from 1, like the step line. The traced step starts
-  // at a world barrier so that every rank's trace shares its origin (ranks of
-  // one node also share the steady clock).
-  const bool traced = I.cfg.log.trace_step == I.step + 1;
-  Kokkos::fence();
-  if (traced) I.grid.world().barrier();
-  const double t_start = now();
+  const bool traced = I.cfg.log.trace_step == I.step + 1;  // log.trace_step counts from 1, like the step line
+  const double t_start = I.start_clock(traced);
+  Lap lap;
 
   // 1. Plan: identical on every rank (same stream, same packer).
-  double t0 = now();
   const balance::StepPlan plan = I.packer->plan_step(I.step, I.source);
   I.tokens_seen += plan.tokens;
   const auto metrics = balance::step_metrics(plan, I.cost, I.grid.cp_size());
-  rec.time[io::kPlan] = now() - t0;
+  rec.time[io::kPlan] = lap();
 
   // 2-4. This rank's slice of its replica's micro-batches; the schedule.
-  t0 = now();
   I.load(plan);
-  rec.time[io::kData] = now() - t0;
+  rec.time[io::kData] = lap();
   const auto run =
       I.exec->run(/*backward=*/true, plan.target_tokens > 0 ? 1.0 / double(plan.target_tokens) : 0.0, traced);
   add_run_stats(rec, run);
@@ -686,47 +566,30 @@ StepResult Trainer::step() {
 
   // 5. Gradients: sum over DP×CP (each replica holds partial sums).
   Kokkos::fence();
-  t0 = now();
+  lap();
   I.opt->reduce_gradients();
   Kokkos::fence();
-  rec.time[io::kDPReduce] = now() - t0;
-  if (I.exec->disaggregated_attention()) {
-    const auto& ca = I.exec->attention_stats();
-    const auto x = I.exec->take_attention_exchange_stats();
-    rec.ca_cost_before = ca.cost_before;
-    rec.ca_cost_after = ca.cost_after;
-    rec.ca_imbalance_before = ca.imbalance_before();
-    rec.ca_imbalance = ca.imbalance_after();
-    rec.ca_bytes = x.bytes_sent + x.bytes_received;
-    rec.ca_exposed = x.exposed_s;
-  }
-  rec.dp_exposed = I.opt->dp_exposed_seconds();
-  rec.dp_in_flight = I.opt->dp_in_flight_seconds();
+  rec.time[io::kDPReduce] = lap();
+  I.fill_comm_stats(rec);
 
   // 6. Loss, global grad norm, NaN/inf check, clip, AdamW.
-  t0 = now();
+  lap();
   const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens);
-  const optim::UpdateResult upd = I.opt->step(I.step, loss);
-  for (auto& chunk : I.exec->chunks()) chunk->mark_weights_updated();  // bf16: copies refreshed before the next forward
-  Kokkos::fence();
-  rec.time[io::kOptimizer] = now() - t0;
+  const optim::UpdateResult upd = I.update(loss);
+  rec.time[io::kOptimizer] = lap();
 
   // 7. Records (and the validation loss when due). kTotal is the step alone:
   // evaluation (and, in run(), the checkpoint) have their own columns.
-  rec.time[io::kTotal] = now() - t_start;
+  rec.time[io::kTotal] = core::wall_seconds() - t_start;
   StepResult res = I.result(plan, loss, upd);
   ++I.step;
   if (I.eval_due()) {
-    t0 = now();
+    lap();
     res.val_loss = evaluate();
     Kokkos::fence();
-    rec.time[io::kEval] = now() - t0;
+    rec.time[io::kEval] = lap();
   }
-  res.seconds = I.grid.world().allreduce_value(rec.time[io::kTotal], comm::ReduceOp::Max);
-  I.fill_record(rec, res, metrics);
-  I.fill_memory(rec);
-  res.record = rec;
-  return res;
+  return I.finish_step(std::move(res), rec, metrics);
 }
 
 double Trainer::evaluate() {
@@ -769,7 +632,7 @@ StepResult Trainer::run() {
   }
   Throughput window;
   bool stop = false;
-  I.run_start = now();
+  I.run_start = core::wall_seconds();
   const std::int64_t first_step = I.step;
   std::string kind_names;  // /trace's names of the action kinds (pipeline::ActionType order)
   for (auto k : {pipeline::ActionType::Forward, pipeline::ActionType::Backward, pipeline::ActionType::SendAct,
@@ -782,12 +645,12 @@ StepResult Trainer::run() {
     const int urgent = I.agreed_checkpoint_urgency();
     stop = urgent == 2;
     if (I.checkpoint_due(urgent)) {
-      const double t0 = now();
+      const double t0 = core::wall_seconds();
       I.save_checkpoint();
-      last.record.time[io::kCheckpoint] = now() - t0;  // not part of kTotal (the step alone)
+      last.record.time[io::kCheckpoint] = core::wall_seconds() - t0;  // not part of kTotal (the step alone)
     }
     window.add(last);
-    const double elapsed = now() - I.run_start;
+    const double elapsed = core::wall_seconds() - I.run_start;
     last.record.elapsed = elapsed;
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
     if (last.step + 1 == I.cfg.log.trace_step) I.tlog->append_trace(I.trace_rows, kind_names);  // collective
@@ -801,11 +664,11 @@ StepResult Trainer::run() {
       ctx.elapsed = elapsed;
       const double done = double(I.step - first_step);
       ctx.eta = done > 0 ? elapsed / done * double(I.cfg.train.steps - I.step) : 0;
-      print_step_line(last, all, window, ctx);
+      spdlog::info("{}", format_step_line(last, all, window, ctx));
       window = Throughput{};
     }
   }
-  I.print_summary(last, stop);
+  print_run_summary(g, I.mem.total(), last, I.step, I.cfg.train.steps, stop);
   return last;
 }
 

@@ -6,6 +6,7 @@
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/train/report.hpp"
 #include "wlb4d/train/trainer.hpp"
 
 #include <gtest/gtest.h>

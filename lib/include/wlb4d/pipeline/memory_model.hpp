@@ -78,6 +78,7 @@
 /// Rajbhandari et al. 2020, "ZeRO", §5.1.
 
 #include "wlb4d/core/config.hpp"
+#include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/pipeline/schedule.hpp"
 
 #include <cstdint>
@@ -144,5 +145,21 @@ MemoryEstimate max_memory(const std::vector<MemoryEstimate>& stages);
 
 /// One line: "total 1.23 GiB = parameters 10.0 MiB + gradients ... (s=4, C=2048)".
 std::string format_memory(const MemoryEstimate& e);
+
+/// Where the ranks of a run live, as check_memory_fits found it.
+struct HostPlacement {
+  bool one_host = false;  ///< every rank of the world on one host (host builds only)
+  std::string host;       ///< this rank's host name
+};
+
+/// The upper bound of DESIGN §10: `mine` (bytes, this rank's predict_memory
+/// total) against what it can get, before any large allocation. Host memory
+/// (MemSpace host-accessible): the ranks sharing a host together against its
+/// MemAvailable (no bound where /proc/meminfo is unreadable). Device memory:
+/// this rank against plan.device_memory_gib. Collective over grid.world()
+/// (it splits the world by host name).
+/// 	hrows core::ConfigError on every rank, naming both numbers and what to
+///         change, when some rank's need exceeds what it has.
+HostPlacement check_memory_fits(const core::Config& cfg, const grid::ProcessGrid& grid, double mine);
 
 }  // namespace wlb::pipeline

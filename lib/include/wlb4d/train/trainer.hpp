@@ -36,20 +36,6 @@ struct StepResult {
   io::TimingRecord record;    ///< this rank's timing record
 };
 
-/// Start-up advice against tensor parallelism on one small shared-memory host
-/// (issue 17 [P] item 4): the warning text when tp > 1, all `world` ranks run
-/// on one host (`host_ranks` == `world`) and that host has fewer than
-/// kTpAdviceCoresPerRank cores (`host_cores`, online CPUs) per rank; "" otherwise.
-/// Why: every layer's TP collectives (forward all-reduces after wo/w_down,
-/// backward ones after the column-parallel GEMMs) then cost as much as the
-/// GEMM time they split. Measured (issue 17, scripts/bench.sh on
-/// inputs/bench-quickstart.ini, 8 x 256 tokens, 2 ranks on 2 shared cores,
-/// alternating, 2 sets): tp=2 0.80x [0.74-0.84] of 1 rank (313-340 ms of a
-/// 655-715 ms step in TP communication), dp=2 1.27x. Advice only; the run proceeds unchanged.
-/// The threshold is a judgement: only 1 core per rank was measured.
-inline constexpr int kTpAdviceCoresPerRank = 4;
-std::string tp_host_advice(int tp, int world, int host_ranks, int host_cores);
-
 class Trainer {
  public:
   /// Opens the datasets, builds the model shard of this rank, the optimizer

@@ -1,0 +1,86 @@
+#pragma once
+/// \file report.hpp
+/// \brief What the trainer tells its user on rank 0: the step line, the
+/// start-up advice, the memory report and the run summary. The trainer
+/// computes; this file formats (DESIGN §2, step 7 "records").
+///
+/// The step line (one per log.print_every steps, and the first, the last and
+/// every evaluated step): progress and elapsed time, loss (and validation
+/// loss), lr, global grad norm, tokens seen and per step, throughput since the
+/// previous line per device (tokens/s, GFLOP/s, MFU when log.peak_tflops is
+/// set), the step's own time (evaluation and checkpoint apart), peak RSS,
+/// ETA, then what no peer's log has: compute min/mean/max over ranks, the
+/// plan's attention and latency imbalance and the measured CPU imbalance
+/// (max/mean compute CPU time over ranks), and the exposed / in-flight
+/// communication of DP and TP (and, with disaggregated attention, the core
+/// attention imbalance before -> after, bytes moved and exposed wait).
+
+#include "wlb4d/core/config.hpp"
+#include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/io/timing_log.hpp"
+#include "wlb4d/pipeline/memory_model.hpp"
+#include "wlb4d/train/trainer.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wlb::train {
+
+/// Start-up advice against tensor parallelism on one small shared-memory host:
+/// the warning text when tp > 1, all `world` ranks run on one host
+/// (`host_ranks` == `world`) and that host has fewer than
+/// kTpAdviceCoresPerRank cores (`host_cores`, online CPUs) per rank; ""
+/// otherwise. Why: every layer's TP collectives (forward all-reduces after
+/// wo/w_down, backward ones after the column-parallel GEMMs) then cost as
+/// much as the GEMM time they split. Measured (scripts/bench.sh on
+/// inputs/bench-quickstart.ini, 8 x 256 tokens, 2 ranks on 2 shared cores,
+/// alternating, 2 sets): tp=2 0.80x [0.74-0.84] of 1 rank (313-340 ms of a
+/// 655-715 ms step in TP communication), dp=2 1.27x. Advice only; the run
+/// proceeds unchanged. The threshold is a judgement: only 1 core per rank was
+/// measured.
+inline constexpr int kTpAdviceCoresPerRank = 4;
+std::string tp_host_advice(int tp, int world, int host_ranks, int host_cores);
+
+/// Tokens, seconds and FLOP since the last printed step line.
+struct Throughput {
+  double tokens = 0, seconds = 0, flops = 0;
+  void add(const StepResult& r) {
+    tokens += double(r.tokens);
+    seconds += r.seconds;
+    flops += r.model_flops;
+  }
+};
+
+/// What the step line needs beyond the step's own result.
+struct StepLineContext {
+  int total_steps = 0;
+  int devices = 1;         ///< world size: throughput and MFU are per device (rank)
+  double peak_tflops = 0;  ///< log.peak_tflops (0: no MFU field)
+  double elapsed = 0;      ///< seconds since run() started
+  double eta = 0;          ///< seconds left at the mean pace (eval and checkpoints included)
+};
+
+/// The step line of `last` (see the file comment); `all` is every rank's
+/// timing record of the step (io::TimingLog::append), `w` the throughput
+/// window since the previous line. One line, no trailing newline.
+std::string format_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
+                             const StepLineContext& ctx);
+
+/// "1:02:03" (hours unbounded).
+std::string hms(double seconds);
+/// 950, 12.3k, 4.56M, 7.89G.
+std::string human_count(double x);
+
+/// Rank 0, at start-up: the model's GEMM work per token and the memory
+/// model's prediction per pipeline stage and its maximum.
+void print_memory_model(const core::Config& cfg, std::int64_t vocab, const pipeline::MemoryOptions& opt);
+
+/// Rank 0, at the end: predicted (`predicted_bytes`, this rank's memory model
+/// total) vs measured Kokkos peak and peak RSS of every rank, then the
+/// summary line (steps, peak memory range, final loss; `stopped`: a stop
+/// signal ended the run after a checkpoint at `step`). Collective over the world.
+void print_run_summary(const grid::ProcessGrid& grid, double predicted_bytes, const StepResult& last,
+                       std::int64_t step, int total_steps, bool stopped);
+
+}  // namespace wlb::train

@@ -1,0 +1,131 @@
+// Rank 0's reports of a run. See report.hpp.
+#include "wlb4d/train/report.hpp"
+
+#include "wlb4d/core/memory.hpp"
+#include "wlb4d/core/types.hpp"
+#include "wlb4d/model/transformer.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace wlb::train {
+
+std::string tp_host_advice(int tp, int world, int host_ranks, int host_cores) {
+  if (tp <= 1 || host_ranks != world || world < 1 || host_cores >= kTpAdviceCoresPerRank * world) return {};
+  return fmt::format(
+      "parallel.tp={} with all {} ranks on one host of {} cores (fewer than {} per rank): tensor parallelism is not "
+      "advised here. Every layer all-reduces its activations over TP in the forward and its input gradients in the "
+      "backward, and at these sizes that costs about what the split GEMMs save: measured on "
+      "inputs/bench-quickstart.ini, 2 ranks on 2 shared cores, tp=2 ran at 0.80x of 1 rank's tokens/s (0.74-0.84x; "
+      "313-340 ms of a 655-715 ms step in TP collectives, 286-312 ms computing), dp=2 at 1.27x. Prefer parallel.dp (or pp) over tp on this host; "
+      "tp pays across GPUs or hosts with many cores per rank.",
+      tp, world, host_cores, kTpAdviceCoresPerRank);
+}
+
+std::string hms(double seconds) {
+  const auto t = std::int64_t(std::max(0.0, seconds) + 0.5);
+  return fmt::format("{}:{:02d}:{:02d}", t / 3600, int(t / 60 % 60), int(t % 60));
+}
+
+std::string human_count(double x) {
+  if (x < 1e3) return fmt::format("{:.0f}", x);
+  if (x < 1e6) return fmt::format("{:.1f}k", x * 1e-3);
+  if (x < 1e9) return fmt::format("{:.2f}M", x * 1e-6);
+  return fmt::format("{:.2f}G", x * 1e-9);
+}
+
+std::string format_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
+                             const StepLineContext& ctx) {
+  double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0;
+  double dpx = 0, dpf = 0, tpx = 0, tpf = 0;  // communication exposed / in flight, max over ranks
+  double cax = 0, cabytes = 0;  // core attention: exposed wait (max over ranks), bytes moved
+  for (const auto& r : all) {
+    cax = std::max(cax, r.ca_exposed);
+    cabytes += r.ca_bytes / 2;  // each byte is counted by its sender and its receiver
+    dpx = std::max(dpx, r.dp_exposed);
+    dpf = std::max(dpf, r.dp_in_flight);
+    tpx = std::max(tpx, r.tp_exposed);
+    tpf = std::max(tpf, r.tp_in_flight);
+    mem = std::max(mem, r.rss_mib);
+    eval = std::max(eval, r.time[io::kEval]);
+    ckpt = std::max(ckpt, r.time[io::kCheckpoint]);
+    const double c = r.time[io::kForward] + r.time[io::kBackward];
+    tmin = std::min(tmin, c);
+    tmax = std::max(tmax, c);
+    tsum += c;
+    cmax = std::max(cmax, r.compute_cpu);
+    csum += r.compute_cpu;
+  }
+  // Measured imbalance: max/mean compute CPU time over ranks (not wall, which
+  // time-slicing inflates when ranks outnumber cores).
+  const double cpu_imb = csum > 0 ? cmax / (csum / double(all.size())) : 1.0;
+  const std::string val = last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "";
+  const double flops_dev = w.seconds > 0 ? w.flops / w.seconds / double(ctx.devices) : 0;
+  const std::string mfu =
+      ctx.peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
+  // Disaggregated attention: the plan's max/mean attention cost over ranks before -> after, traffic, wait.
+  // Group imbalance of the plan (Σ over micro-batches of max / mean; the worst group over stages).
+  double cai_b = 0, cai_a = 0;
+  for (const auto& r : all) {
+    cai_b = std::max(cai_b, r.ca_imbalance_before);
+    cai_a = std::max(cai_a, r.ca_imbalance);
+  }
+  const std::string ca = cai_b > 0 ? fmt::format(" | core attn {:.2f}->{:.2f}, {:.1f} MiB, exposed {:.1f} ms", cai_b,
+                                                 cai_a, cabytes / 1048576.0, cax * 1e3)
+                                   : std::string();
+  const std::string extra = (eval > 0 ? fmt::format(" | eval {:.0f} ms", eval * 1e3) : std::string()) +
+                            (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string());
+  return fmt::format(
+      "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
+      " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
+      " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}"
+      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms{}",
+      last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
+      human_count(double(last.record.tokens_seen)), last.tokens,
+      w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
+      extra, mem, hms(ctx.eta), tmin * 1e3, tsum / double(all.size()) * 1e3, tmax * 1e3,
+      last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb, dpx * 1e3, dpf * 1e3, tpx * 1e3,
+      tpf * 1e3, ca);
+}
+
+
+void print_memory_model(const core::Config& cfg, std::int64_t vocab, const pipeline::MemoryOptions& opt) {
+  // What scripts/bench.sh divides by the SGEMM rate for the GEMM-bound share.
+  const std::int64_t nmm = model::matmul_params(cfg.model, vocab);
+  spdlog::info("model: {} matmul parameters (LM head included, embedding excluded), vocabulary {}: "
+               "GEMM work 6*N_mm = {:.4g} FLOP per token (forward + backward)",
+               nmm, vocab, 6.0 * double(nmm));
+  const auto stages = pipeline::predict_memory_stages(cfg, vocab, opt);
+  for (const auto& e : stages)
+    spdlog::info("memory model: pp rank {} (tp rank 0): {}", e.pp_rank, pipeline::format_memory(e));
+  spdlog::info("memory model: predicted peak per rank, max over ranks {} (pp rank {})",
+               core::format_bytes(pipeline::max_memory(stages).total()), pipeline::max_memory(stages).pp_rank);
+}
+
+void print_run_summary(const grid::ProcessGrid& grid, double predicted_bytes, const StepResult& last,
+                       std::int64_t step, int total_steps, bool stopped) {
+  const int n = grid.world_size();
+  std::vector<double> mine = {predicted_bytes, double(core::kokkos_peak_bytes(MemSpace::name())),
+                              double(core::peak_rss_bytes()), double(grid.pp_rank()), double(grid.tp_rank())};
+  std::vector<double> all(mine.size() * std::size_t(n));
+  grid.world().allgather(mine.data(), all.data(), mine.size());
+  if (grid.rank() != 0) return;
+  double rss_min = 1e300, rss_max = 0;
+  for (int r = 0; r < n; ++r) {
+    const double* x = &all[std::size_t(r) * mine.size()];
+    spdlog::info("memory rank {} (pp {}, tp {}): predicted {} | measured Kokkos peak {} ({:+.1f}%) | peak RSS {}",
+                 r, int(x[3]), int(x[4]), core::format_bytes(x[0]), core::format_bytes(x[1]),
+                 x[0] > 0 ? (x[1] / x[0] - 1) * 100 : 0.0, core::format_bytes(x[2]));
+    rss_min = std::min(rss_min, x[2] / (1024.0 * 1024.0));
+    rss_max = std::max(rss_max, x[2] / (1024.0 * 1024.0));
+  }
+  if (stopped) spdlog::warn("stop requested (SIGTERM/SIGUSR1): checkpoint written after step {}", step);
+  if (total_steps > 0)
+    spdlog::info("done: {} steps | peak memory per rank {:.0f}-{:.0f} MiB | final loss {:.4f}{}", step, rss_min,
+                 rss_max, last.loss, last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "");
+}
+
+}  // namespace wlb::train
