@@ -115,7 +115,7 @@ TrainState read_state(hid_t file, const std::string& path, hid_t dxpl);
 /// Opens a file serially (read-only, sec2 driver) after checking it exists and is HDF5.
 H open_serial(const std::string& path);
 /// Reads and checks the root attributes (format, version, deck, layout, the
-/// model record and its bounds, tensors == model::param_shapes of the record)
+/// model record and its bounds, tensors == core::param_shapes of the record)
 /// and fills info.shapes.
 CheckpointInfo read_info(hid_t f, const std::string& path);
 /// What one rank's share of a verification found.

@@ -5,7 +5,7 @@
 
 #include "wlb4d/core/hash.hpp"
 #include "wlb4d/core/version.hpp"
-#include "wlb4d/model/params.hpp"
+#include "wlb4d/core/param_shapes.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -387,7 +387,7 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
                    std::to_string((unsigned long long)(elems * 12)) + " bytes of tensors but the file has " +
                    std::to_string(fsize) + ": damaged model record or truncated file");
   info.tensors = split_lines(attr_string(f, "tensors", path));
-  const auto expected = model::param_shapes(info.model, info.vocab);
+  const auto expected = core::param_shapes(info.model, info.vocab);
   bool same = expected.size() == info.tensors.size();
   for (std::size_t i = 0; same && i < expected.size(); ++i) same = expected[i].name == info.tensors[i];
   if (!same)

@@ -13,7 +13,7 @@
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/data/document_stream.hpp"
 #include "wlb4d/io/checkpoint.hpp"
-#include "wlb4d/io/checkpoint_model.hpp"
+#include "wlb4d/train/checkpoint_state.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/optim/optimizer.hpp"
 #include "wlb4d/pipeline/executor.hpp"
@@ -103,7 +103,7 @@ struct Trainer::Impl {
   std::unique_ptr<optim::Optimizer> opt;
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;                    // training tokens consumed (checkpointed)
-  std::unique_ptr<io::ModelCheckpointState> ckpt;  // TensorRef view of values + moments
+  std::unique_ptr<CheckpointState> ckpt;  // TensorRef view of values + moments
   io::CheckpointDirLock dir_lock;                  // this run owns checkpoint.dir
   double last_ckpt_time = 0;
   std::unique_ptr<io::TimingLog> tlog;
@@ -173,7 +173,7 @@ struct Trainer::Impl {
       exec->set_grad_hooks(std::move(hooks));
     }
     const std::vector<const model::ParamRegistry<float>*> cregs(regs.begin(), regs.end());
-    ckpt = std::make_unique<io::ModelCheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq(),
+    ckpt = std::make_unique<CheckpointState>(g, cregs, opt->exp_avg(), opt->exp_avg_sq(),
                                                       opt->zero() == 1 ? &g.dpcp() : nullptr);  // collective over pp
     const auto& ck = c.checkpoint;
     if (ck.every > 0 || ck.every_minutes > 0 || ck.at_end) {  // fail now, not at the first checkpoint
@@ -449,7 +449,7 @@ struct Trainer::Impl {
     Kokkos::fence();
     ckpt->pull();  // ZeRO-1: gathers the moments into host staging
     struct Release {
-      io::ModelCheckpointState& s;
+      CheckpointState& s;
       ~Release() { s.release(); }
     } release{*ckpt};
     io::TrainState st;

@@ -52,7 +52,7 @@ std::string write_with(const GridShape& L, const std::string& dir, std::int64_t 
   if (in) {
     grid::ProcessGrid g(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, sub);
     auto rm = make_rank_model(model_config(), kVocab, g, L.vstages, kSeed, /*fill_moments=*/true);
-    io::ModelCheckpointState st(g, rm.ptrs(), rm.m, rm.v);
+    train::CheckpointState st(g, rm.ptrs(), rm.m, rm.v);
     st.pull();
     core::CheckpointConfig cc;
     cc.dir = dir;
@@ -68,7 +68,7 @@ std::string write_with(const GridShape& L, const std::string& dir, std::int64_t 
 void read_and_check(const std::string& path, const GridShape& L, MPI_Comm comm, std::int64_t step) {
   grid::ProcessGrid g(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, comm);
   auto rm = make_rank_model(model_config(), kVocab, g, L.vstages, kSeed + 99, /*fill_moments=*/false);
-  io::ModelCheckpointState st(g, rm.ptrs(), rm.m, rm.v);
+  train::CheckpointState st(g, rm.ptrs(), rm.m, rm.v);
   const auto loaded = io::load_checkpoint(path, g, st.tensors(), model_config(), kVocab);
   st.push();
   Registry full(model_config(), kVocab, model::ModelShard{});
@@ -133,7 +133,7 @@ TEST(CheckpointMpi, CorruptChunkOnOneRankFailsEveryRankAutoFallsBackAndShapesAre
 
   grid::ProcessGrid g(L.dp, L.pp, L.cp, L.tp);
   auto rm = make_rank_model(model_config(), kVocab, g, 1, kSeed + 5, false);
-  io::ModelCheckpointState st(g, rm.ptrs(), rm.m, rm.v);
+  train::CheckpointState st(g, rm.ptrs(), rm.m, rm.v);
   // Direct load of the damaged file: every rank throws, naming file and dataset.
   try {
     io::load_checkpoint(p20, g, st.tensors(), model_config(), kVocab);
@@ -166,7 +166,7 @@ TEST(CheckpointMpi, CorruptChunkOnOneRankFailsEveryRankAutoFallsBackAndShapesAre
   auto other = model_config();
   other.ffn_hidden = 44;
   auto rm2 = make_rank_model(other, kVocab, g, 1, kSeed, false);
-  io::ModelCheckpointState st2(g, rm2.ptrs(), rm2.m, rm2.v);
+  train::CheckpointState st2(g, rm2.ptrs(), rm2.m, rm2.v);
   try {
     io::load_checkpoint(p10, g, st2.tensors(), other, kVocab);
     ADD_FAILURE() << "shape mismatch not detected on rank " << g.rank();

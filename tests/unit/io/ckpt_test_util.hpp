@@ -7,7 +7,7 @@
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/io/checkpoint.hpp"
-#include "wlb4d/io/checkpoint_model.hpp"
+#include "wlb4d/train/checkpoint_state.hpp"
 #include "wlb4d/model/params.hpp"
 
 #include <hdf5.h>

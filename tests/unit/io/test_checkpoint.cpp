@@ -26,10 +26,10 @@ namespace {
 struct OneRank {
   grid::ProcessGrid g{1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF};
   RankModel rm;
-  std::unique_ptr<io::ModelCheckpointState> st;
+  std::unique_ptr<train::CheckpointState> st;
   OneRank(const core::ModelConfig& cfg, std::uint64_t seed, bool moments, int vstages = 1) {
     rm = make_rank_model(cfg, kVocab, g, vstages, seed, moments);
-    st = std::make_unique<io::ModelCheckpointState>(g, rm.ptrs(), rm.m, rm.v);
+    st = std::make_unique<train::CheckpointState>(g, rm.ptrs(), rm.m, rm.v);
     st->pull();
   }
 };

@@ -70,7 +70,7 @@
 /// Every reader (load, verify, inspect) first checks the model record (the
 /// model_* attributes: positive, d_model % heads == 0, at most 2^31 each,
 /// value + m + v of all its tensors no larger than the file) and that
-/// `tensors` lists exactly model::param_shapes() of it; every dataset's shape
+/// `tensors` lists exactly core::param_shapes() of it; every dataset's shape
 /// is then compared with the shape the record implies (and /state datasets'
 /// element counts with the bytes stored) before any element is read, so a
 /// damaged dimension (e.g. 2^61 + 1) is an error naming the dataset, never a
@@ -114,7 +114,7 @@
 ///    but the deck's model needs [128][32]"
 ///   "checkpoint ck/step_000020.h5: /optim/m/embed.weight: cannot read data
 ///    (HDF5: data error detected by Fletcher32 checksum)"
-/// Buffers are host memory; see checkpoint_model.hpp for the adapter from
+/// Buffers are host memory; see train/checkpoint_state.hpp for the adapter from
 /// model::ParamRegistry (device staging included).
 
 #include "wlb4d/comm/communicator.hpp"

@@ -43,6 +43,7 @@
 /// model.
 
 #include "wlb4d/core/config.hpp"
+#include "wlb4d/core/param_shapes.hpp"
 #include "wlb4d/core/types.hpp"
 
 #include <cstdint>
@@ -76,19 +77,12 @@ std::pair<std::int64_t, std::int64_t> split_range(std::int64_t n, int parts, int
 /// \throws wlb::core::ConfigError naming the key and the rule.
 void validate_shard(const core::ModelConfig& cfg, std::int64_t vocab, const ModelShard& shard);
 
-/// One tensor of the full model as the table above describes it (no storage).
-struct ParamShape {
-  std::string name;
-  std::vector<std::int64_t> global_shape;  ///< [n] or [rows][cols] (elements)
-  int shard_dim = -1;                      ///< TP-sharded dimension: 0, 1, or -1 (replicated)
-  int layer = -1;                          ///< transformer layer L of "layers.L.*"; -1 embedding/head
-};
-
-/// The full model's tensors in the fixed order of the table above, computed
-/// without allocating anything (checkpoint readers check a file's shapes
-/// against it before reading). No validation: callers check cfg first
-/// (heads >= 1, d_model % heads == 0) or use validate_shard().
-std::vector<ParamShape> param_shapes(const core::ModelConfig& cfg, std::int64_t vocab);
+/// One tensor of the full model as the table above describes it (no
+/// storage), and the full model's tensors in that order: the table lives in
+/// core (core/param_shapes.hpp) because the checkpoint format checks files
+/// against it without including the model.
+using core::ParamShape;
+using core::param_shapes;
 
 /// N(0,1) draw for element `index` (global row-major flat index) of the
 /// parameter `name` under `seed`: counter-based, no state. Key =

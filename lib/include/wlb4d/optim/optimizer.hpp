@@ -148,7 +148,7 @@ class Optimizer {
 
   /// AdamW first and second moments, one flat fp32 View per chunk: the whole
   /// chunk (zero = 0) or the owned range [shard_begin(c), +extent) (zero = 1).
-  /// The checkpoint stores them at global shape (io::ModelCheckpointState
+  /// The checkpoint stores them at global shape (train::CheckpointState
   /// gathers the ranges).
   const std::vector<Vec>& exp_avg() const { return m_; }
   const std::vector<Vec>& exp_avg_sq() const { return v_; }
