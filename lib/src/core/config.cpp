@@ -513,8 +513,31 @@ void collect_text(const std::string& text, const std::string& where, const std::
   }
 }
 
+// " (include chain: 'top.ini' -> 'base.ini' -> 'include = W')" for an
+// included deck, "" for the top deck: where a bad file came from.
+std::string include_chain(const IncludeWalk& walk, const std::string& written) {
+  if (walk.chain.empty()) return "";
+  std::string s = " (include chain: ";
+  for (const auto& o : walk.chain) s += "'" + o.second + "' -> ";
+  return s + "'include = " + written + "')";
+}
+
+// What a path that is not a regular file is, for the message.
+std::string file_kind(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a named pipe (FIFO)";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
 // Reads the deck file `shown` (included by `includer` as `written`; both
-// empty for the top deck) and walks its includes.
+// empty for the top deck) and walks its includes. The file must be a regular
+// file (after symlinks) of at most kMaxDeckBytes, checked before a byte is
+// read: /dev/zero, a FIFO or a multi-GB file would otherwise be read without
+// bound and end in a bare std::bad_alloc (or never).
 void collect_file(const std::string& shown, const std::string& includer, const std::string& written,
                   IncludeWalk& walk) {
   std::error_code ec;
@@ -531,10 +554,22 @@ void collect_file(const std::string& shown, const std::string& includer, const s
     throw ConfigError("include cycle: " + cycle + "'" + shown +
                       "' (a deck may not include itself, directly or through other decks)");
   }
-  if (fs::is_directory(fs::path(shown), ec))
+  const std::string chain = include_chain(walk, written);
+  const fs::file_status st = fs::status(fs::path(shown), ec);  // follows symlinks
+  if (st.type() == fs::file_type::directory)
     throw ConfigError("deck file '" + shown + "' is a directory: the deck must be an INI file" +
-                      (includer.empty() ? std::string() : " (included by '" + includer + "')"));
-  std::ifstream in(shown);
+                      (includer.empty() ? std::string() : " (included by '" + includer + "')") + chain);
+  const std::string rule = "a deck and each of its includes must be a regular file of at most " +
+                           std::to_string(kMaxDeckBytes >> 20) + " MiB";
+  if (!ec && fs::exists(st) && st.type() != fs::file_type::regular)
+    throw ConfigError("deck file '" + shown + "' is " + file_kind(st.type()) + ": " + rule + chain);
+  if (!ec && st.type() == fs::file_type::regular) {
+    const std::uintmax_t size = fs::file_size(fs::path(shown), ec);
+    if (!ec && size > kMaxDeckBytes)
+      throw ConfigError("deck file '" + shown + "' is " + std::to_string(size) + " bytes: " + rule + " (" +
+                        std::to_string(kMaxDeckBytes) + " bytes)" + chain);
+  }
+  std::ifstream in(shown, std::ios::binary);
   if (!in) {
     if (includer.empty())
       throw ConfigError("deck file '" + shown + "' cannot be opened (missing or unreadable)");
@@ -542,10 +577,16 @@ void collect_file(const std::string& shown, const std::string& includer, const s
                       includer + "' as 'include = " + written +
                       "' (include paths are relative to the including deck's folder)");
   }
-  std::ostringstream text;
-  text << in.rdbuf();
+  // At most one byte past the limit: a file that grows after the size check
+  // (or a /proc-style file whose size says 0) is still bounded.
+  std::string text(kMaxDeckBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxDeckBytes)
+    throw ConfigError("deck file '" + shown + "' holds more than " + std::to_string(kMaxDeckBytes) +
+                      " bytes: " + rule + chain);
   walk.chain.emplace_back(key, shown);
-  collect_text(text.str(), " in deck '" + shown + "'", shown, fs::path(shown).parent_path(), walk);
+  collect_text(text, " in deck '" + shown + "'", shown, fs::path(shown).parent_path(), walk);
   walk.chain.pop_back();
 }
 
