@@ -87,13 +87,6 @@ std::vector<std::uint64_t> load_offsets(hid_t file, const std::string& path, std
                              "declares " + std::to_string(n - 1) + " documents, more than the " +
                                  std::to_string(num_tokens) +
                                  " tokens of dataset 'tokens' (every document holds at least its EOS)"));
-  if (h5::has_attr(file, "num_docs")) {
-    const auto docs = h5::read_attr_i64(file, "num_docs", path);
-    if (docs < 0 || static_cast<hsize_t>(docs) != n - 1)
-      throw DataError(path + ": root attribute 'num_docs' = " + std::to_string(docs) +
-                      " does not match dataset 'doc_offsets' of " + std::to_string(n) +
-                      " entries (num_docs + 1 offsets)");
-  }
   std::vector<std::uint64_t> off(n);
   read_all(d.get(), H5T_NATIVE_UINT64, off.data(), path, "doc_offsets");
   if (off[0] != 0)
@@ -108,6 +101,13 @@ std::vector<std::uint64_t> load_offsets(hid_t file, const std::string& path, std
     throw DataError(dset_err(path, "doc_offsets",
                              "must end at num_tokens = " + std::to_string(num_tokens) + " (it ends at " +
                                  std::to_string(off.back()) + ")"));
+  if (h5::has_attr(file, "num_docs")) {  // written by wlb4d-prep: it must say what /doc_offsets holds
+    const auto docs = h5::read_attr_i64(file, "num_docs", path);
+    if (docs < 0 || static_cast<hsize_t>(docs) != n - 1)
+      throw DataError(path + ": root attribute 'num_docs' = " + std::to_string(docs) +
+                      " does not match dataset 'doc_offsets' of " + std::to_string(n) +
+                      " entries (num_docs + 1 offsets)");
+  }
   return off;
 }
 

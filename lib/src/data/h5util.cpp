@@ -268,7 +268,7 @@ void check_stored(hid_t dset, const std::string& name, const std::string& file, 
     hsize_t chunk = 0, nchunks = 0;
     const int rank = H5Pget_chunk(dcpl.get(), 1, &chunk);
     herr_t st = -1;
-    H5E_BEGIN_TRY { st = rank == 1 && chunk > 0 ? H5Dget_num_chunks(dset, H5S_ALL, &nchunks) : -1; }
+    H5E_BEGIN_TRY { st = rank == 1 && chunk > 0 ? H5Dget_num_chunks(dset, sp.get(), &nchunks) : -1; }  // 1.10: no H5S_ALL
     H5E_END_TRY;
     if (st >= 0) {
       const std::uint64_t need_chunks = (n + chunk - 1) / chunk;
