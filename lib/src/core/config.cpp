@@ -561,8 +561,12 @@ void collect_file(const std::string& shown, const std::string& includer, const s
                       (includer.empty() ? std::string() : " (included by '" + includer + "')") + chain);
   const std::string rule = "a deck and each of its includes must be a regular file of at most " +
                            std::to_string(kMaxDeckBytes >> 20) + " MiB";
-  if (!ec && fs::exists(st) && st.type() != fs::file_type::regular)
-    throw ConfigError("deck file '" + shown + "' is " + file_kind(st.type()) + ": " + rule + chain);
+  if (!ec && fs::exists(st) && st.type() != fs::file_type::regular) {
+    std::error_code lec;
+    const fs::path target = fs::is_symlink(fs::path(shown), lec) ? fs::read_symlink(fs::path(shown), lec) : fs::path();
+    const std::string via = target.empty() ? std::string() : " (a symbolic link to '" + target.string() + "')";
+    throw ConfigError("deck file '" + shown + "'" + via + " is " + file_kind(st.type()) + ": " + rule + chain);
+  }
   if (!ec && st.type() == fs::file_type::regular) {
     const std::uintmax_t size = fs::file_size(fs::path(shown), ec);
     if (!ec && size > kMaxDeckBytes)

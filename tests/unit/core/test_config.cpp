@@ -363,7 +363,7 @@ TEST(ConfigInclude, DeviceIncludeIsRefusedNamingTheChain) {
   fs::create_symlink("/dev/zero", d.root / "link.ini");
   const std::string link = (d.root / "link.ini").string();
   expect_config_error([&] { parse_args({link}); },
-                      {"deck file '" + link + "' is a character device", "at most 4 MiB"});
+                      {"deck file '" + link + "' (a symbolic link to '/dev/zero') is a character device", "at most 4 MiB"});
 }
 
 TEST(ConfigInclude, OversizedDeckIsRefusedBeforeItIsRead) {
