@@ -815,6 +815,7 @@ std::string deck_help() {
      << "A deck may start (before any [section]) with lines 'include = base.ini' (relative\n"
      << "to the deck's folder; repeatable, nestable): the deck's keys override its includes'\n"
      << "(a later include overrides an earlier one), the command line overrides all.\n"
+     << "The deck and each include must be a regular file of at most 4 MiB.\n"
      << "--print-config prints the resolved deck. --check validates the deck and the layout\n"
      << "for the MPI world size (or --check-ranks N, no mpiexec needed) and exits 0, or 2 with\n"
      << "the error; it reads only the deck and its includes (no dataset, no checkpoint), so\n"
