@@ -41,15 +41,17 @@ std::string resolve(const std::string& path, const std::string& deck) {
 std::vector<std::int64_t> lengths_from_hdf5(const std::string& path) {
   namespace h5 = wlb::data::h5;
   std::vector<std::uint64_t> off;
+  std::string why;
   try {
     const h5::Quiet quiet;
     const h5::Handle f(h5::check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path, "cannot open"));
-    off = h5::read_1d_u64(f.get(), "/doc_offsets", path);
-  } catch (const DataError&) {
+    off = h5::read_1d_u64(f.get(), "/doc_offsets", path);  // after h5::check_stored: no 2^40-entry read
+  } catch (const DataError& e) {
     off.clear();
+    why = std::string(" (") + e.what() + ")";
   }
   if (off.size() < 2)
-    throw DataError("plan.lengths='" + path + "': cannot read a 1-D /doc_offsets (n_docs+1) from it");
+    throw DataError("plan.lengths='" + path + "': cannot read a 1-D /doc_offsets (n_docs+1) from it" + why);
   std::vector<std::int64_t> len;
   for (std::size_t i = 1; i < off.size(); ++i) {
     if (off[i] <= off[i - 1]) throw DataError("plan.lengths='" + path + "': /doc_offsets must increase strictly");

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -48,6 +49,11 @@ void SampledDocSource::seek(std::int64_t n) {
 }
 
 std::vector<std::int64_t> load_lengths_json(const std::string& path) {
+  // A FIFO would block the open, a device be read without end: regular files only.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);  // follows symlinks
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw core::DataError("document lengths file '" + path + "' is not a regular file (a device, FIFO or directory)");
   std::ifstream in(path);
   if (!in) throw core::DataError("document lengths file '" + path + "' cannot be opened");
   nlohmann::json j;

@@ -513,8 +513,31 @@ void collect_text(const std::string& text, const std::string& where, const std::
   }
 }
 
+// " (include chain: 'top.ini' -> 'base.ini' -> 'include = W')" for an
+// included deck, "" for the top deck: where a bad file came from.
+std::string include_chain(const IncludeWalk& walk, const std::string& written) {
+  if (walk.chain.empty()) return "";
+  std::string s = " (include chain: ";
+  for (const auto& o : walk.chain) s += "'" + o.second + "' -> ";
+  return s + "'include = " + written + "')";
+}
+
+// What a path that is not a regular file is, for the message.
+std::string file_kind(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a named pipe (FIFO)";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
 // Reads the deck file `shown` (included by `includer` as `written`; both
-// empty for the top deck) and walks its includes.
+// empty for the top deck) and walks its includes. The file must be a regular
+// file (after symlinks) of at most kMaxDeckBytes, checked before a byte is
+// read: /dev/zero, a FIFO or a multi-GB file would otherwise be read without
+// bound and end in a bare std::bad_alloc (or never).
 void collect_file(const std::string& shown, const std::string& includer, const std::string& written,
                   IncludeWalk& walk) {
   std::error_code ec;
@@ -531,10 +554,26 @@ void collect_file(const std::string& shown, const std::string& includer, const s
     throw ConfigError("include cycle: " + cycle + "'" + shown +
                       "' (a deck may not include itself, directly or through other decks)");
   }
-  if (fs::is_directory(fs::path(shown), ec))
+  const std::string chain = include_chain(walk, written);
+  const fs::file_status st = fs::status(fs::path(shown), ec);  // follows symlinks
+  if (st.type() == fs::file_type::directory)
     throw ConfigError("deck file '" + shown + "' is a directory: the deck must be an INI file" +
-                      (includer.empty() ? std::string() : " (included by '" + includer + "')"));
-  std::ifstream in(shown);
+                      (includer.empty() ? std::string() : " (included by '" + includer + "')") + chain);
+  const std::string rule = "a deck and each of its includes must be a regular file of at most " +
+                           std::to_string(kMaxDeckBytes >> 20) + " MiB";
+  if (!ec && fs::exists(st) && st.type() != fs::file_type::regular) {
+    std::error_code lec;
+    const fs::path target = fs::is_symlink(fs::path(shown), lec) ? fs::read_symlink(fs::path(shown), lec) : fs::path();
+    const std::string via = target.empty() ? std::string() : " (a symbolic link to '" + target.string() + "')";
+    throw ConfigError("deck file '" + shown + "'" + via + " is " + file_kind(st.type()) + ": " + rule + chain);
+  }
+  if (!ec && st.type() == fs::file_type::regular) {
+    const std::uintmax_t size = fs::file_size(fs::path(shown), ec);
+    if (!ec && size > kMaxDeckBytes)
+      throw ConfigError("deck file '" + shown + "' is " + std::to_string(size) + " bytes: " + rule + " (" +
+                        std::to_string(kMaxDeckBytes) + " bytes)" + chain);
+  }
+  std::ifstream in(shown, std::ios::binary);
   if (!in) {
     if (includer.empty())
       throw ConfigError("deck file '" + shown + "' cannot be opened (missing or unreadable)");
@@ -542,10 +581,16 @@ void collect_file(const std::string& shown, const std::string& includer, const s
                       includer + "' as 'include = " + written +
                       "' (include paths are relative to the including deck's folder)");
   }
-  std::ostringstream text;
-  text << in.rdbuf();
+  // At most one byte past the limit: a file that grows after the size check
+  // (or a /proc-style file whose size says 0) is still bounded.
+  std::string text(kMaxDeckBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxDeckBytes)
+    throw ConfigError("deck file '" + shown + "' holds more than " + std::to_string(kMaxDeckBytes) +
+                      " bytes: " + rule + chain);
   walk.chain.emplace_back(key, shown);
-  collect_text(text.str(), " in deck '" + shown + "'", shown, fs::path(shown).parent_path(), walk);
+  collect_text(text, " in deck '" + shown + "'", shown, fs::path(shown).parent_path(), walk);
   walk.chain.pop_back();
 }
 
@@ -770,6 +815,7 @@ std::string deck_help() {
      << "A deck may start (before any [section]) with lines 'include = base.ini' (relative\n"
      << "to the deck's folder; repeatable, nestable): the deck's keys override its includes'\n"
      << "(a later include overrides an earlier one), the command line overrides all.\n"
+     << "The deck and each include must be a regular file of at most 4 MiB.\n"
      << "--print-config prints the resolved deck. --check validates the deck and the layout\n"
      << "for the MPI world size (or --check-ranks N, no mpiexec needed) and exits 0, or 2 with\n"
      << "the error; it reads only the deck and its includes (no dataset, no checkpoint), so\n"

@@ -195,6 +195,10 @@ std::vector<std::string> list_corpus_files(const std::vector<std::string>& input
     } else {
       if (kind_of(in) == Kind::Other)
         throw DataError(in + ": unsupported input (expected .jsonl, .jsonl.xz, .txt, .txt.xz or a directory)");
+      // A file is read whole: a device or FIFO (e.g. a symlink x.jsonl ->
+      // /dev/zero) would be read without end.
+      if (!fs::is_regular_file(st))
+        throw DataError(in + ": input is not a regular file or a directory (a device or FIFO is never read)");
       files.push_back(in);
     }
   }

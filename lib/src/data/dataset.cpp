@@ -50,7 +50,9 @@ std::string dset_err(const std::string& file, const std::string& dset, const std
   return file + ": wrong schema: dataset '" + dset + "' " + rule;
 }
 
-/// Opens a 1-D dataset and checks its element type (class/size/sign).
+/// Opens a 1-D dataset and checks its element type (class/size/sign) and that
+/// its declared extent is backed by the file (h5::check_stored): metadata
+/// only, before anything is read or allocated in proportion to `*n`.
 Handle open_1d(hid_t file, const std::string& path, const std::string& name, H5T_class_t cls,
                std::size_t size, bool is_unsigned, const std::string& type_name, hsize_t* n) {
   if (!h5::exists(file, name)) throw DataError(dset_err(path, name, "is missing"));
@@ -64,6 +66,7 @@ Handle open_1d(hid_t file, const std::string& path, const std::string& name, H5T
     throw DataError(dset_err(path, name, "must be 1-D (rank " +
                                              std::to_string(H5Sget_simple_extent_ndims(s.get())) + ")"));
   H5Sget_simple_extent_dims(s.get(), n, nullptr);
+  h5::check_stored(d.get(), name, path);
   return d;
 }
 
@@ -77,6 +80,13 @@ std::vector<std::uint64_t> load_offsets(hid_t file, const std::string& path, std
   hsize_t n = 0;
   Handle d = open_1d(file, path, "doc_offsets", H5T_INTEGER, 8, true, "uint64", &n);
   if (n < 1) throw DataError(dset_err(path, "doc_offsets", "must hold num_docs+1 >= 1 entries (it is empty)"));
+  // Every document holds at least its EOS: more offsets than tokens + 1 is a
+  // declared size the tokens cannot back (checked before the read).
+  if (n - 1 > static_cast<hsize_t>(num_tokens))
+    throw DataError(dset_err(path, "doc_offsets",
+                             "declares " + std::to_string(n - 1) + " documents, more than the " +
+                                 std::to_string(num_tokens) +
+                                 " tokens of dataset 'tokens' (every document holds at least its EOS)"));
   std::vector<std::uint64_t> off(n);
   read_all(d.get(), H5T_NATIVE_UINT64, off.data(), path, "doc_offsets");
   if (off[0] != 0)
@@ -91,6 +101,13 @@ std::vector<std::uint64_t> load_offsets(hid_t file, const std::string& path, std
     throw DataError(dset_err(path, "doc_offsets",
                              "must end at num_tokens = " + std::to_string(num_tokens) + " (it ends at " +
                                  std::to_string(off.back()) + ")"));
+  if (h5::has_attr(file, "num_docs")) {  // written by wlb4d-prep: it must say what /doc_offsets holds
+    const auto docs = h5::read_attr_i64(file, "num_docs", path);
+    if (docs < 0 || static_cast<hsize_t>(docs) != n - 1)
+      throw DataError(path + ": root attribute 'num_docs' = " + std::to_string(docs) +
+                      " does not match dataset 'doc_offsets' of " + std::to_string(n) +
+                      " entries (num_docs + 1 offsets)");
+  }
   return off;
 }
 
@@ -146,6 +163,12 @@ void TokenDataset::Impl::open_common(hid_t fapl) {
   im.tokens = open_1d(root, path, "tokens", H5T_INTEGER, 4, true, "uint32", &n);
   im.num_tokens = static_cast<std::int64_t>(n);
   im.tokens_space = Handle(h5::check(H5Dget_space(im.tokens.get()), path, "H5Dget_space tokens"));
+  if (h5::has_attr(root, "num_tokens")) {  // written by wlb4d-prep: it must say what /tokens holds
+    const auto declared = h5::read_attr_i64(root, "num_tokens", path);
+    if (declared != im.num_tokens)
+      throw DataError(path + ": root attribute 'num_tokens' = " + std::to_string(declared) +
+                      " does not match dataset 'tokens' of " + std::to_string(im.num_tokens) + " tokens");
+  }
 
   // The maximum id prep saw: a vocab_size that does not cover it (a dataset
   // whose attributes were edited, or written by another tool) fails here, on

@@ -1,6 +1,8 @@
 // The HDF5 helper layer (see h5util.hpp).
 #include "wlb4d/data/h5util.hpp"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 
 namespace wlb::data::h5 {
@@ -206,11 +208,79 @@ std::vector<std::uint64_t> read_1d_u64(hid_t loc, const std::string& name, const
   hsize_t n = 0;
   if (H5Sget_simple_extent_ndims(sp.get()) != 1 || H5Sget_simple_extent_dims(sp.get(), &n, nullptr) != 1)
     fail(f, file, "dataset " + q(name) + " must be 1-D");
+  check_stored(d.get(), name, file, f);
   std::vector<std::uint64_t> v(n);
   if (n > 0)
     need_ok(H5Dread(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), f, file,
             "cannot read dataset " + q(name));
   return v;
+}
+
+void check_stored(hid_t dset, const std::string& name, const std::string& file, Raise f) {
+  Handle sp(need(H5Dget_space(dset), f, file, "H5Dget_space " + name));
+  const hssize_t npoints = H5Sget_simple_extent_npoints(sp.get());
+  if (npoints <= 0) return;  // empty (or a null dataspace): nothing to back
+  Handle type(need(H5Dget_type(dset), f, file, "H5Dget_type " + name));
+  const auto n = static_cast<std::uint64_t>(npoints);
+  const std::uint64_t size = H5Tget_size(type.get());
+  const std::string head = "dataset " + q(name) + " declares " + std::to_string(n) + " elements";
+  if (size == 0 || n > UINT64_MAX / size) fail(f, file, head + " of " + std::to_string(size) + " bytes: too large");
+  const std::uint64_t declared = n * size;
+  const std::string what = head + " (" + std::to_string(declared) + " bytes)";
+  const std::string rule = ": a dataset's declared size must be backed by data stored in the file";
+
+  Handle dcpl(need(H5Dget_create_plist(dset), f, file, "H5Dget_create_plist " + name));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_COMPACT) return;  // in the object header: HDF5 has read it already (<= 64 KiB)
+  const int filters = H5Pget_nfilters(dcpl.get());
+  const std::uint64_t stored = H5Dget_storage_size(dset);  // bytes allocated in the file, after filters
+
+  // The file HDF5 opened, and what it holds: its size and its allocated blocks.
+  std::uint64_t file_bytes = 0, disk_bytes = 0;
+  bool have_stat = false;
+  {
+    Handle fid(H5Iget_file_id(dset));
+    const ssize_t len = fid.valid() ? H5Fget_name(fid.get(), nullptr, 0) : -1;
+    if (len > 0) {
+      std::string fname(static_cast<std::size_t>(len) + 1, '\0');
+      H5Fget_name(fid.get(), fname.data(), fname.size());
+      fname.resize(static_cast<std::size_t>(len));
+      struct stat sb {};
+      if (::stat(fname.c_str(), &sb) == 0 && S_ISREG(sb.st_mode)) {
+        have_stat = true;
+        file_bytes = static_cast<std::uint64_t>(sb.st_size);
+        disk_bytes = static_cast<std::uint64_t>(sb.st_blocks) * 512;
+      }
+    }
+  }
+  if (stored == 0)
+    fail(f, file, what + " but has no data stored in the file (never written)" + rule);
+  if (have_stat && stored > file_bytes)
+    fail(f, file, what + " and claims " + std::to_string(stored) + " bytes of storage, more than the file's " +
+                      std::to_string(file_bytes) + " bytes (a corrupt chunk index?)" + rule);
+  if (filters <= 0 && stored < declared)
+    fail(f, file, what + " but only " + std::to_string(stored) +
+                      " bytes are stored in the file (chunks never written: a sparse dataset)" + rule);
+  if (filters > 0 && declared / kMaxStoredExpansion > stored)
+    fail(f, file, what + " but only " + std::to_string(stored) + " compressed bytes are stored in the file: more than a " +
+                      std::to_string(kMaxStoredExpansion) + "-fold expansion" + rule);
+  if (filters > 0 && layout == H5D_CHUNKED) {
+    hsize_t chunk = 0, nchunks = 0;
+    const int rank = H5Pget_chunk(dcpl.get(), 1, &chunk);
+    herr_t st = -1;
+    H5E_BEGIN_TRY { st = rank == 1 && chunk > 0 ? H5Dget_num_chunks(dset, sp.get(), &nchunks) : -1; }  // 1.10: no H5S_ALL
+    H5E_END_TRY;
+    if (st >= 0) {
+      const std::uint64_t need_chunks = (n + chunk - 1) / chunk;
+      if (nchunks < need_chunks)
+        fail(f, file, what + " but only " + std::to_string(nchunks) + " of its " + std::to_string(need_chunks) +
+                          " chunks are stored in the file (a sparse dataset)" + rule);
+    }
+  }
+  if (have_stat && disk_bytes > 0 && stored / kMaxStoredExpansion > disk_bytes)
+    fail(f, file, what + " and stores " + std::to_string(stored) + " bytes, but the file occupies only " +
+                      std::to_string(disk_bytes) + " bytes on disk (a sparse file: holes, not data; at most " +
+                      std::to_string(kMaxStoredExpansion) + "-fold)" + rule);
 }
 
 }  // namespace detail

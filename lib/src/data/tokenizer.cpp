@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -135,6 +136,20 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_serialized(
 }
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
+  // The model is read whole: a device (/dev/zero), a FIFO or a huge file
+  // would be read without bound, so it is checked from its metadata first.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);  // follows symlinks
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    throw DataError(path + ": sentencepiece model file is not a regular file (a device, FIFO or directory); "
+                           "it must be a regular file of at most 1 GiB");
+  if (!ec && fs::is_regular_file(st)) {
+    const auto size = fs::file_size(path, ec);
+    if (!ec && size > kMaxModelBytes)
+      throw DataError(path + ": sentencepiece model file is " + std::to_string(size) +
+                      " bytes; it must be a regular file of at most 1 GiB");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path + ": cannot open sentencepiece model file");
   std::ostringstream ss;

@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <memory>
 
 using namespace wlb::balance;
@@ -317,4 +320,22 @@ TEST(Packers, StepMetricsDefinitions) {
   EXPECT_DOUBLE_EQ(s.mean_delay_steps, 0.5);
   EXPECT_EQ(s.max_delay_steps, 2);
   EXPECT_DOUBLE_EQ(s.cp_imbalance, 1.0);
+}
+
+// plan.lengths is opened only when it is a regular file: a FIFO would block
+// the open forever and a device be read without end.
+TEST(DocSource, LengthsFileMustBeARegularFile) {
+  const std::string fifo = "lengths-fifo.json";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    try {
+      wlb::balance::load_lengths_json(path);
+      ADD_FAILURE() << "expected DataError for " << path;
+    } catch (const wlb::core::DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("document lengths file '" + path + "' is not a regular file"),
+                std::string::npos) << e.what();
+    }
+  }
+  ::unlink(fifo.c_str());
 }

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <regex>
 
+#include <sys/stat.h>
+
 using namespace wlb::core;
 
 namespace {
@@ -341,6 +343,57 @@ TEST(ConfigInclude, IncludeOnlyAtTopLevel) {
   // Deck text (parse_deck_text) resolves includes from the working directory.
   const std::string rel = fs::relative(d.root / "base.ini").string();
   EXPECT_EQ(parse_deck_text("include = " + rel + "\n").train.steps, 3);
+}
+
+// ---- deck files are bounded before they are read --------------------------------
+// A deck or include that is a device, a FIFO or a huge file is refused from
+// its metadata (never read: /dev/zero would otherwise grow a string until
+// std::bad_alloc), naming the file, the include chain and the rule.
+TEST(ConfigInclude, DeviceIncludeIsRefusedNamingTheChain) {
+  DeckDir d("device");
+  d.put("mid.ini", "include = /dev/zero\n");
+  const std::string deck = d.put("deck.ini", "include = mid.ini\n[train]\nsteps = 1\n");
+  expect_config_error([&] { parse_args({deck}); },
+                      {"deck file '/dev/zero' is a character device",
+                       "must be a regular file of at most 4 MiB",
+                       "include chain: '" + deck + "' -> '" + (d.root / "mid.ini").string() + "' -> 'include = /dev/zero'"});
+  const std::string urandom = d.put("urandom.ini", "include = /dev/urandom\n");
+  expect_config_error([&] { parse_args({urandom}); }, {"deck file '/dev/urandom' is a character device"});
+  // The deck itself, through a symlink: the link's target is what counts.
+  fs::create_symlink("/dev/zero", d.root / "link.ini");
+  const std::string link = (d.root / "link.ini").string();
+  expect_config_error([&] { parse_args({link}); },
+                      {"deck file '" + link + "' (a symbolic link to '/dev/zero') is a character device", "at most 4 MiB"});
+}
+
+TEST(ConfigInclude, OversizedDeckIsRefusedBeforeItIsRead) {
+  DeckDir d("oversized");
+  const std::string big = d.put("big.ini", "[train]\nsteps = 1\n");
+  fs::resize_file(big, kMaxDeckBytes + 1);  // sparse: costs no disk
+  expect_config_error([&] { parse_args({big}); },
+                      {"deck file '" + big + "' is " + std::to_string(kMaxDeckBytes + 1) + " bytes",
+                       "regular file of at most 4 MiB (4194304 bytes)"});
+  const std::string deck = d.put("deck.ini", "include = big.ini\n");
+  expect_config_error([&] { parse_args({deck}); },
+                      {"deck file '" + big + "' is", "include chain: '" + deck + "' -> 'include = big.ini'"});
+  // At the limit is fine: a deck of comments (4 MiB) parses.
+  const std::string ok = d.put("ok.ini", "[train]\nsteps = 2\n");
+  {
+    std::ofstream out(ok, std::ios::app);
+    const std::string line(63, '#');
+    for (std::uintmax_t n = 15; n + 64 <= kMaxDeckBytes; n += 64) out << line << "\n";
+  }
+  EXPECT_LE(fs::file_size(ok), kMaxDeckBytes);
+  EXPECT_EQ(parse_args({ok}).config.train.steps, 2);
+}
+
+TEST(ConfigInclude, FifoDeckIsRefusedWithoutBlocking) {
+  DeckDir d("fifo");
+  const fs::path fifo = d.root / "pipe.ini";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opening a FIFO with no writer blocks forever: the check must come first.
+  expect_config_error([&] { parse_args({fifo.string()}); },
+                      {"deck file '" + fifo.string() + "' is a named pipe (FIFO)", "at most 4 MiB"});
 }
 
 TEST(Config, HelpListsEveryKeyWithUnit) {

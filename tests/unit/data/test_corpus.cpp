@@ -99,6 +99,17 @@ TEST(Corpus, MissingInputsAndBadXzAreErrors) {
   auto md = test::scratch("x.md");
   test::write_file(md, "x");
   EXPECT_THROW(read_corpus({md.string()}, nullptr), core::DataError);
+  // A corpus file is read whole: a symlink x.jsonl -> /dev/zero is refused, not read.
+  auto dev = test::scratch("zero.jsonl");
+  std::filesystem::remove(dev);
+  std::filesystem::create_symlink("/dev/zero", dev);
+  try {
+    read_corpus({dev.string()}, nullptr);
+    FAIL() << "expected DataError";
+  } catch (const core::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero.jsonl: input is not a regular file or a directory"),
+              std::string::npos) << e.what();
+  }
   auto bad = test::scratch("bad.jsonl.xz");
   test::write_file(bad, "this is not xz data");
   try {

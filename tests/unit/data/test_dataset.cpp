@@ -283,6 +283,157 @@ TEST(TokenDataset, MaxTokenIdAndChecksumAreCheckedAtOpen) {
   expect_data_error([&] { TokenDataset::open(p); }, {p, "'max_token_id' = 300 is not below vocab_size = 257"});
 }
 
+// ---- declared sizes are checked against the file before any read ---------------
+namespace {
+/// Sets (or replaces) a scalar int64 root attribute.
+void set_attr_i64(hid_t f, const char* name, std::int64_t v) {
+  if (H5Aexists(f, name) > 0) H5Adelete(f, name);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a);
+  H5Sclose(s);
+}
+
+/// Replaces /tokens by a chunked (chunk `chunk` ids), optionally deflated
+/// dataset of extent `extent` whose first v.size() ids are written.
+void chunked_tokens(hid_t f, const std::vector<std::uint32_t>& v, hsize_t extent, hsize_t chunk, bool deflate) {
+  H5Ldelete(f, "tokens", H5P_DEFAULT);
+  hsize_t maxdim = H5S_UNLIMITED;
+  hid_t s = H5Screate_simple(1, &extent, &maxdim);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, &chunk);
+  if (deflate) H5Pset_deflate(dcpl, 6);
+  hid_t d = H5Dcreate2(f, "tokens", H5T_STD_U32LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  hsize_t start = 0, count = v.size();
+  hid_t fs = H5Dget_space(d);
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+  hid_t ms = H5Screate_simple(1, &count, nullptr);
+  H5Dwrite(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, v.data());
+  H5Sclose(ms);
+  H5Sclose(fs);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(s);
+}
+constexpr std::uint64_t kTera = std::uint64_t{1} << 40;  // 2^40 ids: 4 TiB declared
+}  // namespace
+
+TEST(TokenDatasetBounds, SparseTokensAreRefusedBeforeTheChecksumPass) {
+  // /tokens grown to 2^40 ids (only the first chunk written), offsets and
+  // num_tokens consistent with it: the file is ~300 KB. Before, the open's
+  // checksum pass read 4 TiB of fill values (hours); without a checksum the
+  // run trained on zeros.
+  for (const bool checksum : {true, false}) {
+    const auto p = write_custom(checksum ? "sparse-tokens.h5" : "sparse-tokens-old.h5", [&](hid_t f) {
+      hid_t d = H5Dopen2(f, "tokens", H5P_DEFAULT);
+      hsize_t n = kTera;
+      H5Dset_extent(d, &n);
+      H5Dclose(d);
+      replace_dataset<std::uint64_t>(f, "doc_offsets", H5T_STD_U64LE, {0, kTera}, H5T_NATIVE_UINT64);
+      set_attr_i64(f, "num_tokens", static_cast<std::int64_t>(kTera));
+      set_attr_i64(f, "num_docs", 1);
+      if (!checksum) H5Adelete(f, "tokens_fnv1a64");
+    });
+    expect_data_error([&] { TokenDataset::open(p); },
+                      {p, "dataset 'tokens' declares 1099511627776 elements (4398046511104 bytes)",
+                       "only 262144 bytes are stored", "sparse dataset", "declared size must be backed"});
+  }
+}
+
+TEST(TokenDatasetBounds, UnwrittenOffsetsAreRefusedBeforeTheyAreAllocated) {
+  // 2^37 offsets declared, none written: before, a 1 TiB std::vector (bad_alloc).
+  const auto p = write_custom("huge-offsets.h5", [](hid_t f) {
+    H5Ldelete(f, "doc_offsets", H5P_DEFAULT);
+    hsize_t n = hsize_t{1} << 37, chunk = 1 << 16;
+    hid_t s = H5Screate_simple(1, &n, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, &chunk);
+    H5Dclose(H5Dcreate2(f, "doc_offsets", H5T_STD_U64LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    H5Pclose(dcpl);
+    H5Sclose(s);
+  });
+  expect_data_error([&] { TokenDataset::open(p); },
+                    {p, "dataset 'doc_offsets' declares 137438953472 elements", "no data stored in the file"});
+  // More offsets than tokens (+1): each document holds at least its EOS.
+  const auto q = write_custom("many-offsets.h5", [](hid_t f) {
+    replace_dataset<std::uint64_t>(f, "doc_offsets", H5T_STD_U64LE, {0, 1, 2, 3, 4, 5, 6}, H5T_NATIVE_UINT64);
+  });
+  expect_data_error([&] { TokenDataset::open(q); },
+                    {q, "dataset 'doc_offsets'", "declares 6 documents, more than the 5 tokens"});
+}
+
+TEST(TokenDatasetBounds, CountAttributesMustMatchTheExtents) {
+  auto p = write_custom("num-tokens.h5", [](hid_t f) { set_attr_i64(f, "num_tokens", std::int64_t{1} << 40); });
+  expect_data_error([&] { TokenDataset::open(p); },
+                    {p, "root attribute 'num_tokens' = 1099511627776 does not match dataset 'tokens' of 5 tokens"});
+  p = write_custom("num-docs.h5", [](hid_t f) { set_attr_i64(f, "num_docs", 7); });
+  expect_data_error([&] { TokenDataset::open(p); },
+                    {p, "root attribute 'num_docs' = 7 does not match dataset 'doc_offsets' of 3 entries"});
+}
+
+TEST(TokenDatasetBounds, CompressedDatasetsAreBoundedAndStillRead) {
+  const std::vector<std::uint32_t> ids{72, 105, 256, 33, 256};
+  // A deflated /tokens with every chunk written (another tool's writer): reads as usual.
+  auto p = write_custom("deflated.h5", [&](hid_t f) { chunked_tokens(f, ids, ids.size(), 2, true); });
+  {
+    auto ds = TokenDataset::open(p);
+    std::vector<token_t> all(5);
+    ds.read_tokens(0, 5, all.data());
+    EXPECT_EQ(std::vector<std::uint32_t>(all.begin(), all.end()), ids);
+  }
+  // Deflated, one chunk of 2^20 written out of 2^40: far beyond any compression.
+  p = write_custom("deflated-sparse.h5", [&](hid_t f) {
+    chunked_tokens(f, ids, kTera, hsize_t{1} << 20, true);
+    replace_dataset<std::uint64_t>(f, "doc_offsets", H5T_STD_U64LE, {0, kTera}, H5T_NATIVE_UINT64);
+    H5Adelete(f, "num_tokens");
+    H5Adelete(f, "num_docs");
+  });
+  expect_data_error([&] { TokenDataset::open(p); },
+                    {p, "dataset 'tokens' declares 1099511627776 elements", "compressed bytes are stored",
+                     "1024-fold expansion"});
+  // Deflated, 3 of 4 chunks written: a plausible ratio, but a chunk missing.
+  p = write_custom("deflated-hole.h5", [&](hid_t f) {
+    chunked_tokens(f, {72, 105, 256, 33, 256, 1, 2, 256, 3, 4, 5, 256}, 16, 4, true);
+    replace_dataset<std::uint64_t>(f, "doc_offsets", H5T_STD_U64LE, {0, 16}, H5T_NATIVE_UINT64);
+    H5Adelete(f, "num_tokens");
+    H5Adelete(f, "num_docs");
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "dataset 'tokens'", "only 3 of its 4 chunks are stored"});
+}
+
+TEST(TokenDatasetBounds, SparseFileOnDiskIsRefused) {
+  // Contiguous /tokens of 2^34 ids with only the first and last written: HDF5
+  // sees a consistent 64 GiB file, the disk holds a few blocks of it (holes).
+  const std::uint64_t n = std::uint64_t{1} << 34;
+  const auto p = write_custom("sparse-file.h5", [&](hid_t f) {
+    H5Ldelete(f, "tokens", H5P_DEFAULT);
+    hsize_t ext = n;
+    hid_t s = H5Screate_simple(1, &ext, nullptr);
+    hid_t d = H5Dcreate2(f, "tokens", H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (hsize_t at : {hsize_t{0}, ext - 1}) {
+      hsize_t one = 1;
+      const std::uint32_t v = 256;
+      hid_t fs = H5Dget_space(d);
+      H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, nullptr, &one, nullptr);
+      hid_t ms = H5Screate_simple(1, &one, nullptr);
+      H5Dwrite(d, H5T_NATIVE_UINT32, ms, fs, H5P_DEFAULT, &v);
+      H5Sclose(ms);
+      H5Sclose(fs);
+    }
+    H5Dclose(d);
+    H5Sclose(s);
+    replace_dataset<std::uint64_t>(f, "doc_offsets", H5T_STD_U64LE, {0, n}, H5T_NATIVE_UINT64);
+    H5Adelete(f, "num_tokens");
+    H5Adelete(f, "num_docs");
+    H5Adelete(f, "tokens_fnv1a64");
+  });
+  ASSERT_GE(std::filesystem::file_size(p), n * 4);
+  expect_data_error([&] { TokenDataset::open(p); },
+                    {p, "dataset 'tokens' declares 17179869184 elements", "bytes on disk", "sparse file"});
+  std::filesystem::remove(p);
+}
+
 TEST(TokenDatasetWriter, ValidatesAndIsAtomic) {
   auto p = test::scratch("w.h5").string();
   std::filesystem::remove(p);  // left by an earlier run of this test: start clean

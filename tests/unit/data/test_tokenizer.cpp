@@ -80,6 +80,14 @@ TEST(SentencePieceTokenizer, SerializedModelReloads) {
 TEST(SentencePieceTokenizer, ErrorsAreDataErrors) {
   EXPECT_THROW(SentencePieceTokenizer::from_serialized("not a model", "x"), core::DataError);
   EXPECT_THROW(SentencePieceTokenizer::load("/no/such.model"), core::DataError);
+  // Read whole, so bounded first: a device is refused before a byte is read.
+  try {
+    SentencePieceTokenizer::load("/dev/zero");
+    FAIL() << "expected DataError";
+  } catch (const core::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero: sentencepiece model file is not a regular file"),
+              std::string::npos) << e.what();
+  }
   EXPECT_THROW(make_tokenizer("wordpiece", ""), core::DataError);
   SpmTrainOptions o;
   o.vocab_size = 100000;  // far more than a tiny corpus allows

@@ -61,7 +61,8 @@ class SampledDocSource final : public DocSource {
 
 /// Reads a JSON array of positive integers (document lengths in tokens), e.g.
 /// dist_wlbllm.json. \throws core::DataError if the file is missing, is not a
-/// JSON array of integers >= 1, or is empty.
+/// regular file (checked before it is opened), is not a JSON array of
+/// integers >= 1, or is empty.
 std::vector<std::int64_t> load_lengths_json(const std::string& path);
 
 /// `n` lengths drawn i.i.d. from `lengths` with `seed` (for threshold tuning).

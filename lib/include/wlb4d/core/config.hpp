@@ -17,7 +17,8 @@
 /// include's own keys above the decks it includes). An include inside a
 /// [section], a missing included file or an include cycle is a ConfigError
 /// naming the file(s) and the rule; an unknown key in an included deck is an
-/// error naming that deck. The resolved Config (to_ini: what --print-config
+/// error naming that deck. The deck and every include must be a regular file
+/// (after symlinks) of at most kMaxDeckBytes, checked before it is read. The resolved Config (to_ini: what --print-config
 /// prints and checkpoints store) has no include lines.
 
 #include <cstdint>
@@ -25,6 +26,12 @@
 #include <vector>
 
 namespace wlb::core {
+
+/// The largest deck file (the deck itself and each include) the parser reads,
+/// in bytes (4 MiB; a real deck is a few KiB). A larger file, or one that is
+/// not a regular file (/dev/zero, a FIFO), is a ConfigError naming the file
+/// and its include chain, raised before a byte of it is read.
+inline constexpr std::uintmax_t kMaxDeckBytes = std::uintmax_t{4} << 20;
 
 /// [model] Llama-style decoder shape. The vocabulary comes from the dataset.
 struct ModelConfig {
@@ -220,7 +227,8 @@ struct CommandLine {
 /// The first positional argument (or -i/--input) is the deck file; its
 /// `include =` lines are resolved (see the file comment).
 /// \throws ConfigError for an unknown key, a malformed value, a missing deck
-///         file, or a violated single-key or cross-key rule (world size excluded).
+///         file, a deck file (or include) that is not a regular file or is
+///         larger than kMaxDeckBytes, or a violated single-key or cross-key rule (world size excluded).
 CommandLine parse_command_line(int argc, const char* const* argv);
 
 /// Parses a deck given as text (tests, checkpoint attributes) plus overrides.

@@ -114,6 +114,7 @@ std::vector<std::int64_t> read_attr_i64s(hid_t loc, const std::string& name, con
                                          Raise fail);
 std::int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string& file, Wording w, Raise fail);
 std::vector<std::uint64_t> read_1d_u64(hid_t loc, const std::string& name, const std::string& file, Raise fail);
+void check_stored(hid_t dset, const std::string& name, const std::string& file, Raise fail);
 }  // namespace detail
 
 // --- attributes ---
@@ -157,8 +158,37 @@ std::int64_t read_attr_i64(hid_t loc, const std::string& name, const std::string
 }
 
 // --- datasets ---
-/// Reads a whole 1-D integer dataset as uint64 (e.g. /doc_offsets).
-/// Throws Err if it is missing, not 1-D or unreadable.
+/// The most a filtered (compressed) dataset may expand: its declared bytes
+/// (elements x element size) over the bytes it has stored in the file, and
+/// the bytes the file's stored data claim over the bytes the file occupies on
+/// disk (a sparse file, or a file system's own compression). deflate's own
+/// ceiling is ~1032; token ids and offsets compress far less.
+inline constexpr std::uint64_t kMaxStoredExpansion = 1024;
+
+/// Checks that the declared extent of dataset `dset` (`name` in the file
+/// named `file` in messages) is backed by the file, using metadata only and
+/// before anything is read or allocated in proportion to it: a hostile or
+/// damaged file can declare 2^40 elements in a 20 KB file (chunks never
+/// written, or a sparse 4 TiB file), which would otherwise be read (fill
+/// values, holes) or allocated for hours. Rules (declared = elements x the
+/// file type's size, in bytes; stored = H5Dget_storage_size; the file's size
+/// and its allocated blocks from stat(2), of the file HDF5 opened):
+///   - a non-empty dataset has storage (stored > 0), no more than the file holds;
+///   - an unfiltered dataset stores every declared byte (stored >= declared);
+///   - a filtered one expands at most kMaxStoredExpansion-fold, and every
+///     chunk its extent needs is stored (H5Dget_num_chunks);
+///   - stored <= kMaxStoredExpansion x the bytes allocated on disk (skipped
+///     when the file system reports none).
+/// Compact datasets (at most 64 KiB, inside the object header) pass.
+/// Throws Err("<file>: dataset '<name>' declares N elements (B bytes) but ...").
+template <class Err = core::DataError>
+void check_stored(hid_t dset, const std::string& name, const std::string& file) {
+  detail::check_stored(dset, name, file, &raise<Err>);
+}
+
+/// Reads a whole 1-D integer dataset as uint64 (e.g. /doc_offsets), after
+/// check_stored. Throws Err if it is missing, not 1-D, not backed by the file
+/// (check_stored) or unreadable.
 template <class Err = core::DataError>
 std::vector<std::uint64_t> read_1d_u64(hid_t loc, const std::string& name, const std::string& file) {
   return detail::read_1d_u64(loc, name, file, &raise<Err>);

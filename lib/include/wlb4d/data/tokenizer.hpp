@@ -19,6 +19,7 @@
 #include "wlb4d/core/types.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -80,8 +81,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   ///         model has no EOS piece.
   static std::unique_ptr<SentencePieceTokenizer> from_serialized(const std::string& model,
                                                                  const std::string& origin);
-  /// Loads a .model file. \throws core::DataError (missing/unreadable/invalid).
+  /// Loads a .model file. \throws core::DataError (missing/unreadable/invalid, or
+  ///         not a regular file of at most kMaxModelBytes: checked before the read).
   static std::unique_ptr<SentencePieceTokenizer> load(const std::string& path);
+  /// The largest model file load() reads (1 GiB; real models are a few MiB).
+  static constexpr std::uintmax_t kMaxModelBytes = std::uintmax_t{1} << 30;
 
   ~SentencePieceTokenizer() override;
   std::string name() const override { return "sentencepiece"; }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# deck_bounds_test.sh MPIEXEC WLB4D WLB4D_PLAN
+# Deck files are bounded before they are read: a deck or include that is a
+# device (/dev/zero, /dev/urandom), a FIFO, a symlink to a device or a 4 GB
+# file is refused at once, on every rank, naming the file, the include chain
+# and the rule (a regular file of at most 4 MiB) — never read until
+# std::bad_alloc, never blocked on. Each case has a 20 s limit: a hang fails.
+set -u
+mpiexec=$1 wlb4d=$2 plan=$3
+work=$(mktemp -d /tmp/wlb4d-deckbound-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "deck_bounds_test: $*"; exit 1; }
+# A reader without the bound grows a string to the memory limit: keep that
+# from taking the machine (4 GiB of address space is plenty for the fixed one).
+ulimit -v 4194304 2>/dev/null || true
+run() {  # run NP PROGRAM ARGS...: output in $out, status in $rc
+  local np=$1; shift
+  if [ "$np" = 0 ]; then
+    out=$(timeout -s KILL 20 "$@" 2>&1); rc=$?
+  else
+    out=$(timeout -s KILL 20 "$mpiexec" -n "$np" "$@" 2>&1); rc=$?
+  fi
+  printf '%s\n' "$out" | tail -n 4
+  [ "$rc" -eq 137 ] && fail "hung (killed after 20 s): $*"
+  [ "$rc" -ne 0 ] || fail "accepted (rc 0): $*"
+  return 0
+}
+expect() {  # expect COUNT REGEX: at least COUNT output lines match
+  local n
+  n=$(printf '%s\n' "$out" | grep -E -c -- "$2")
+  [ "$n" -ge "$1" ] || fail "'$2' matched $n lines, expected >= $1"
+}
+rule='must be a regular file of at most 4 MiB'
+printf 'include = /dev/zero\n[train]\nsteps = 1\n' > zero.ini
+printf 'include = /dev/urandom\n' > urandom.ini
+printf 'include = zero.ini\n' > outer.ini
+truncate -s 4G big.ini                       # sparse: no disk used
+printf 'include = big.ini\n' > usebig.ini
+ln -s /dev/zero link.ini
+mkfifo pipe.ini
+
+run 2 "$wlb4d" zero.ini --check
+expect 2 "\[r[01]\] wlb4d: deck error: deck file '/dev/zero' is a character device: .*$rule.*include chain: 'zero.ini' -> 'include = /dev/zero'"
+run 1 "$wlb4d" urandom.ini --check
+expect 1 "deck error: deck file '/dev/urandom' is a character device: .*$rule"
+run 2 "$wlb4d" outer.ini --check
+expect 2 "\[r[01]\] .*deck file '/dev/zero' is a character device.*include chain: 'outer.ini' -> 'zero.ini' -> 'include = /dev/zero'"
+run 2 "$wlb4d" usebig.ini --check
+expect 2 "\[r[01]\] .*deck file 'big.ini' is 4294967296 bytes: .*$rule \(4194304 bytes\).*include chain: 'usebig.ini' -> 'include = big.ini'"
+run 2 "$wlb4d" link.ini --check
+expect 2 "\[r[01]\] .*deck file 'link.ini' \(a symbolic link to '/dev/zero'\) is a character device: .*$rule"
+run 1 "$wlb4d" pipe.ini --check
+expect 1 "deck error: deck file 'pipe.ini' is a named pipe \(FIFO\): .*$rule"
+# The planner reads decks with the same parser.
+run 0 "$plan" zero.ini
+expect 1 "deck file '/dev/zero' is a character device: .*$rule"
+run 0 "$plan" big.ini
+expect 1 "deck file 'big.ini' is 4294967296 bytes: .*$rule"
+echo "deck_bounds_test: ok"
