@@ -90,6 +90,7 @@ struct CollectiveWrite {
   const comm::Communicator& wc;
   const std::string& tmp;
   int world_rank;
+  std::uint64_t reserve_bytes;  // checkpoint_bytes_estimate: at least the file's size
   std::string err;
   H file, dxpl;
   std::vector<H> groups;
@@ -117,7 +118,17 @@ struct CollectiveWrite {
     dxpl = H(H5Pcreate(H5P_DATASET_XFER));
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
     file = H(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
-    return step_ok(file.valid(), "cannot create the file (MPI-IO)");
+    if (!step_ok(file.valid(), "cannot create the file (MPI-IO)")) return false;
+    // The whole file's disk space, reserved by one rank before HDF5 writes
+    // anything: a full disk (ENOSPC) inside a collective HDF5 call leaves the
+    // writers' HDF5 states different, and the collective close of the
+    // discarded file then hangs (tp=2) or is left to MPI_Finalize, which
+    // crashes in H5F__close_cb (1 rank). Failing here, no HDF5 call has failed.
+    if (wc.rank() == 0) {
+      const std::string e = reserve_space(tmp, reserve_bytes);
+      if (!e.empty()) err = e;
+    }
+    return step_ok(true, "");
   }
 
   bool root_attrs(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
@@ -232,7 +243,8 @@ struct CollectiveWrite {
 /// on 2 cores an all-rank checkpoint of the quickstart model took 70 s.
 /// Returns this rank's error ("" if none); not yet agreed over all ranks.
 std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
-                       const CheckpointInfo& info, const std::string& tmp, std::uint64_t digest) {
+                       const CheckpointInfo& info, const std::string& tmp, std::uint64_t digest,
+                       std::uint64_t bytes) {
   const auto& w = grid.world();
   bool is_writer = w.rank() == 0;
   for (const auto& t : tensors) is_writer = is_writer || t.writer;
@@ -243,7 +255,7 @@ std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRe
     throw CheckpointError(prefix(tmp) + "MPI_Comm_split of the writer ranks failed");
   }
   if (!sub) return "";
-  CollectiveWrite cw{*sub, tmp, w.rank(), "", H(), H(), {}};
+  CollectiveWrite cw{*sub, tmp, w.rank(), bytes, "", H(), H(), {}};
   const bool good = cw.create() && cw.root_attrs(grid, tensors, state, info) && cw.create_groups() &&
                     cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state, digest);
   cw.finish(good);
@@ -299,7 +311,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   // 3. The content digest (all ranks), then the file, written by the writer
   //    ranks; errors agreed by everyone.
   const std::uint64_t digest = w.allreduce_value(local_digest(tensors), comm::ReduceOp::Sum) + digest_state(state);
-  std::string err = write_file(grid, tensors, state, info, tmp, digest);
+  std::string err = write_file(grid, tensors, state, info, tmp, digest, bytes);
   w.barrier();
   err = comm::agree(w, err);
   if (!err.empty()) {
