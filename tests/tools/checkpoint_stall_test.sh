@@ -45,7 +45,7 @@ timeout -s KILL 100 "$mpiexec" -n 2 "$wlb4d" "${common[@]}" --train.steps=$steps
 job=$!
 if [ "$scenario" = load ]; then
   for _ in $(seq 100); do
-    stopped_pid=$(grep -o "delaying at fault point ckpt_load (pid [0-9]*)" out.log | grep -o "[0-9]*)" | tr -d ')')
+    stopped_pid=$(grep -o "delaying at fault point ckpt_load, pid [0-9]*" out.log | grep -o "[0-9]*$")
     [ -n "$stopped_pid" ] && break
     sleep 0.3
   done
@@ -60,7 +60,7 @@ cat out.log
 [ "$rc" -ne 0 ] || fail "the job exited 0"
 [ "$elapsed" -le 60 ] || fail "took $elapsed s to end"
 if [ "$scenario" = save ]; then
-  stopped_pid=$(grep -o "stalling at step 10 (fault point ckpt_save, pid [0-9]*)" out.log | grep -o "[0-9]*)" | tr -d ')')
+  stopped_pid=$(grep -o "stalling at step 10 (fault point ckpt_save), pid [0-9]*" out.log | grep -o "[0-9]*$")
   [ -n "$stopped_pid" ] || fail "the fault was not injected"
 fi
 grep -Eq "\[r0\] wlb4d: error: $phase of $work/ck/$file: no progress for [0-9]+ s \(comm.timeout_s=5\).* world rank 1 \(pid $stopped_pid, stopped" out.log \

@@ -52,10 +52,10 @@ State& state() {
 void fire(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
   const char* what = f.kind == "crash" ? "crashing" : f.kind == "delay" ? "delaying" : "stalling";
   if (step >= 0)
-    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at step %lld (fault point %s, pid %d)\n", rank, what,
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at step %lld (fault point %s), pid %d\n", rank, what,
                  static_cast<long long>(step), phase, int(::getpid()));
   else
-    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at fault point %s (pid %d)\n", rank, what, phase,
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at fault point %s, pid %d\n", rank, what, phase,
                  int(::getpid()));
   std::fflush(stderr);
   if (f.kind == "delay") {
