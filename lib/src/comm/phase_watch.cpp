@@ -183,19 +183,31 @@ void init_phase_watch(const Communicator& world) {
   world.barrier();  // polite: the blocking calls below then complete at once
   w.world_size = world.size();
   w.world_rank = world.rank();
-  if (MPI_Comm_split_type(world.mpi(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &w.node) != MPI_SUCCESS)
-    throw core::CommError("phase watch: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
-  MPI_Comm_rank(w.node, &w.local);
-  MPI_Comm_size(w.node, &w.nlocal);
+  // Every rank takes part in both calls, so their outcome is the same on a
+  // host; without a shared board (an MPI that cannot) each rank sees only
+  // itself: the deadline still ends the job, naming this rank alone.
   void* base = nullptr;
-  const MPI_Aint bytes = w.local == 0 ? MPI_Aint(sizeof(Slot)) * w.nlocal : 0;
-  if (MPI_Win_allocate_shared(bytes, int(sizeof(Slot)), MPI_INFO_NULL, w.node, &base, &w.win) != MPI_SUCCESS)
-    throw core::CommError("phase watch: MPI_Win_allocate_shared of the progress board failed");
-  MPI_Aint size = 0;
-  int disp = 0;
-  MPI_Win_shared_query(w.win, 0, &size, &disp, &base);
-  w.slots = static_cast<Slot*>(base);
-  Communicator node(w.node);
+  bool shared = MPI_Comm_split_type(world.mpi(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &w.node) ==
+                MPI_SUCCESS;
+  if (shared) {
+    MPI_Comm_set_errhandler(w.node, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(w.node, &w.local);
+    MPI_Comm_size(w.node, &w.nlocal);
+    const MPI_Aint bytes = w.local == 0 ? MPI_Aint(sizeof(Slot)) * w.nlocal : 0;
+    shared = MPI_Win_allocate_shared(bytes, int(sizeof(Slot)), MPI_INFO_NULL, w.node, &base, &w.win) == MPI_SUCCESS;
+  }
+  if (shared) {
+    MPI_Aint size = 0;
+    int disp = 0;
+    MPI_Win_shared_query(w.win, 0, &size, &disp, &base);
+    w.slots = static_cast<Slot*>(base);
+  } else {
+    if (w.node != MPI_COMM_NULL) MPI_Comm_free(&w.node);
+    w.local = 0;
+    w.nlocal = 1;
+    w.slots = static_cast<Slot*>(::operator new(sizeof(Slot)));  // leaked with the Watch
+  }
+  Communicator node(shared ? w.node : MPI_COMM_SELF);
   node.set_name("host");
   if (w.local == 0)
     for (int i = 0; i < w.nlocal; ++i) new (&w.slots[i]) Slot();
@@ -208,7 +220,6 @@ void init_phase_watch(const Communicator& world) {
   me.world_rank.store(world.rank());
   me.pid.store(::getpid(), std::memory_order_release);
   node.barrier();
-  MPI_Comm_set_errhandler(w.node, MPI_ERRORS_RETURN);
   int key = MPI_KEYVAL_INVALID;
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_finalize, &key, nullptr);
   MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr);

@@ -36,8 +36,9 @@ namespace wlb::comm {
 /// learns the ranks of this host and their pids, maps the progress board,
 /// installs end_stopped_peers() as mpi_main's pre-abort hook, and starts the
 /// deadline thread (idle until a PhaseWatch is armed with wait_timeout() >
-/// 0). Torn down at MPI_Finalize. Calling it again is a no-op.
-/// \throws core::CommError when MPI cannot split by host or allocate the board.
+/// 0). Torn down at MPI_Finalize. Calling it again is a no-op. Where MPI
+/// cannot share memory within a host, each rank's board holds itself alone.
+/// \throws core::CommError when the start-up barrier fails (watchdog included).
 void init_phase_watch(const Communicator& world);
 
 /// Sends SIGKILL to the ranks of this host that are stopped (state T in
