@@ -8,6 +8,7 @@
 #include "wlb4d/core/log.hpp"
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
+#include "wlb4d/comm/phase_watch.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/model/attention.hpp"
 #include "wlb4d/model/bf16_gemm.hpp"
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
                            cfg.comm.wait == "block" ? comm::WaitMode::Block : comm::WaitMode::Yield);
     grid.use_backend(cfg.comm.backend);  // before the Trainer copies the communicators
     comm::set_wait_timeout(cfg.comm.wait == "yield" ? cfg.comm.timeout_s : 0.0);
+    // The same bound for checkpoint I/O, which waits inside MPI-IO (phase_watch.hpp);
+    // it also ends a stopped rank of this host when the job is aborted.
+    comm::init_phase_watch(grid.world());
     spdlog::info("wlb4d {} ({}) | deck {} | {} ranks: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}"
                  " | recompute {} | zero {} | sequence parallel {} | kokkos {} | device collectives {}",
                  core::kVersion, core::kGitSha, cfg.deck_path.empty() ? "(defaults)" : cfg.deck_path,

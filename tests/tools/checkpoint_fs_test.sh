@@ -12,7 +12,7 @@
 #              makes rank 1's writes fail as on a full disk in the middle of
 #              the step-10 checkpoint (rank 1 writes about 0.7 MB per
 #              checkpoint); the same checks as "full".
-#   full1:     "full" on 1 rank (tp=1), 2600 KiB tmpfs: the failed write
+#   full1:     "full" on 1 rank (tp=1), 2700 KiB tmpfs: the failed write
 #              must not leave a half-closed HDF5 file behind that
 #              MPI_Finalize then closes and crashes in (H5F__close_cb,
 #              rc 139 before the fix). WLB4D_FAULT=ckpt_free makes the
@@ -21,11 +21,17 @@
 #   fault1:    "fault" on 1 rank: WLB4D_FAULT=ckpt_write:rank=0 fails rank
 #              0's writes past 2 MB (about 1.4 MB per checkpoint), the same
 #              checks as full1 (never skipped).
+#   full2:     "full" on tp=2 with WLB4D_FAULT=ckpt_free (the free-space
+#              checks pass) and a 2700 KiB tmpfs: the step-10 write runs out
+#              of space. Before the disk space was reserved up front, both
+#              writers failed the same HDF5 call and then hung in the
+#              collective close, silently, leaving the .tmp.
+#   fullz:     full2 with dp=2 and parallel.zero=1 (moments sharded over DP).
 #   nearly_full: no mount: WLB4D_FAULT=ckpt_free:bytes=100000 (statvfs as
 #              on a nearly full disk): refused at start-up, before step 1,
 #              on both ranks with "no space left on device for a checkpoint"
 #              and both figures.
-# full/full1/readonly need root (mount); they exit 77 (ctest: skipped) where
+# full/full1/full2/fullz/readonly need root (mount); they exit 77 (ctest: skipped) where
 # tmpfs cannot be mounted.
 set -u
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 ckpt=$5 src=$6
@@ -33,17 +39,18 @@ work=$(mktemp -d /tmp/wlb4d-fs-XXXXXX)
 mnt=$work/mnt
 mkdir -p "$mnt"
 opts="size=4m"
-[ "$scenario" = full1 ] && opts="size=2600k"
+[ "$scenario" = full1 ] && opts="size=2700k"
+case "$scenario" in full2|fullz) opts="size=2700k" ;; esac
 [ "$scenario" = readonly ] && opts="ro,size=1m"
 np=2 layout=--parallel.tp=2
-case "$scenario" in *1) np=1 layout=--parallel.tp=1 ;; esac
+case "$scenario" in *1) np=1 layout=--parallel.tp=1 ;; fullz) layout="--parallel.dp=2 --parallel.zero=1" ;; esac
 if [ "$scenario" = fault ]; then
   export WLB4D_FAULT=ckpt_write:rank=1:after_bytes=1000000
 elif [ "$scenario" = fault1 ]; then
   export WLB4D_FAULT=ckpt_write:rank=0:after_bytes=2000000
 elif [ "$scenario" = nearly_full ]; then
   export WLB4D_FAULT=ckpt_free:bytes=100000
-elif [ "$scenario" = full1 ] && mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
+elif { [ "$scenario" = full1 ] || [ "$scenario" = full2 ] || [ "$scenario" = fullz ]; } && mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
   export WLB4D_FAULT=ckpt_free:bytes=1000000000
 elif ! mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
   echo "checkpoint_fs_test: cannot mount a tmpfs here (needs root): skipped"; rm -rf "$work"; exit 77
@@ -66,7 +73,7 @@ fail() { echo "checkpoint_fs_test ($scenario): $*"; exit 1; }
 [ "$rc" -ge 128 ] && fail "the job died of signal $((rc - 128)) (rc $rc) instead of exiting with an error"
 printf '%s\n' "$out" | grep -q "H5F__close_cb\|Segmentation\|signal 11\|BAD TERMINATION" && fail "a crash was reported"
 case "$scenario" in
-  full|fault|full1|fault1)
+  full|fault|full1|fault1|full2|fullz)
     n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*no space left on device")
     [ "$n" -ge "$np" ] || fail "'no space left on device' from $n ranks, expected $np"
     ls "$mnt/ck"/*.tmp > /dev/null 2>&1 && fail "a .tmp was left: $(ls "$mnt/ck")"

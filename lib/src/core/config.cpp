@@ -296,8 +296,8 @@ const std::vector<KeySpec>& key_table() {
               one_of({"mpi", "nccl"})),
       WLB_KEY(double, comm, timeout_s,
               "collective watchdog (seconds): a wait longer than this ends the job on every rank, naming the "
-              "operation, the group and the ranks that did not arrive (0: off; comm.wait=yield only: blocking MPI "
-              "calls cannot be timed, wlb4d warns)",
+              "operation, the group and the ranks that did not arrive; also the longest a checkpoint save or load may go "
+              "without progress (0: off; comm.wait=yield only: blocking MPI calls cannot be timed, wlb4d warns)",
               at_least(0.0)),
       WLB_KEY(double, comm, bucket_mib,
               "DP x CP gradient bucket size (MiB): each bucket's all-reduce (zero=1: reduce-scatter) starts "

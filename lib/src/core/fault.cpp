@@ -14,7 +14,7 @@ namespace wlb::core {
 
 namespace {
 const char* const kForms =
-    "expected stall:rank=R:step=S[:phase=step|forward|backward], "
+    "expected stall:rank=R:step=S[:phase=step|forward|backward|ckpt_load|ckpt_save][:signal=STOP], "
     "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], delay:rank=R:phase=P:seconds=N[:step=S], "
     "ckpt_write:rank=R:after_bytes=N or ckpt_free:bytes=N";
 
@@ -52,10 +52,11 @@ State& state() {
 void fire(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
   const char* what = f.kind == "crash" ? "crashing" : f.kind == "delay" ? "delaying" : "stalling";
   if (step >= 0)
-    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at step %lld (fault point %s)\n", rank, what,
-                 static_cast<long long>(step), phase);
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at step %lld (fault point %s), pid %d\n", rank, what,
+                 static_cast<long long>(step), phase, int(::getpid()));
   else
-    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at fault point %s\n", rank, what, phase);
+    std::fprintf(stderr, "[r%d] wlb4d: WLB4D_FAULT: %s at fault point %s, pid %d\n", rank, what, phase,
+                 int(::getpid()));
   std::fflush(stderr);
   if (f.kind == "delay") {
     // sleep_for resumes after a signal (EINTR): the delay is the whole time.
@@ -69,6 +70,9 @@ void fire(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
     ::kill(::getpid(), f.signal);
     _exit(128 + f.signal);
   }
+  // signal=STOP: the process really stops, its threads (the phase deadline's
+  // included) with it, as under `kill -STOP`; continued, it stalls on.
+  if (f.signal == SIGSTOP) ::kill(::getpid(), SIGSTOP);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 }  // namespace
@@ -93,9 +97,12 @@ FaultSpec parse_fault(const std::string& text) {
     } else if (k == "step" && step_kind) {
       f.step = to_count(text, k, v);
     } else if (k == "phase" && step_kind) {
-      if (v != "step" && v != "forward" && v != "backward" && v != "ckpt_load")
-        bad(text, "phase='" + v + "' is not step, forward, backward or ckpt_load");
+      if (v != "step" && v != "forward" && v != "backward" && v != "ckpt_load" && v != "ckpt_save")
+        bad(text, "phase='" + v + "' is not step, forward, backward, ckpt_load or ckpt_save");
       f.phase = v;
+    } else if (k == "signal" && f.kind == "stall") {
+      if (v != "STOP") bad(text, "signal='" + v + "' is not STOP (the only signal of a stall)");
+      f.signal = SIGSTOP;
     } else if (k == "signal" && f.kind == "crash") {
       if (v == "KILL") f.signal = SIGKILL;
       else if (v == "ABRT") f.signal = SIGABRT;

@@ -9,12 +9,22 @@
 
 #include <cstdio>
 #include <cstring>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <thread>
 #include <vector>
 
 namespace wlb::core {
+
+namespace {
+std::atomic<void (*)()> g_before_abort{nullptr};
+}  // namespace
+
+void set_before_abort(void (*fn)()) { g_before_abort.store(fn); }
+void run_before_abort() {
+  if (auto fn = g_before_abort.load()) fn();
+}
 
 int world_rank() {
   int r = 0;
@@ -74,6 +84,7 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
     // Give ranks that fail the same way a moment to print their own message
     // before the abort tears the job down.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    run_before_abort();  // e.g. a stopped rank of this host, which the abort's SIGTERM would not end
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   Kokkos::finalize();

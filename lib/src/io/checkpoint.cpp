@@ -3,6 +3,7 @@
 // checkpoint_format.cpp, the file-system layer in checkpoint_commit.cpp.
 #include "checkpoint_detail.hpp"
 
+#include "wlb4d/comm/phase_watch.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/hash.hpp"
 
@@ -90,6 +91,7 @@ struct CollectiveWrite {
   const comm::Communicator& wc;
   const std::string& tmp;
   int world_rank;
+  std::uint64_t reserve_bytes;  // checkpoint_bytes_estimate: at least the file's size
   std::string err;
   H file, dxpl;
   std::vector<H> groups;
@@ -104,6 +106,7 @@ struct CollectiveWrite {
   }
 
   bool create() {
+    comm::phase_progress("creating the file (collective MPI-IO open)");
     H fapl(H5Pcreate(H5P_FILE_ACCESS));
     H5Pset_fapl_mpio(fapl.get(), wc.mpi(), MPI_INFO_NULL);  // MPI-IO needs the raw communicator
     H5Pset_all_coll_metadata_ops(fapl.get(), 1);
@@ -117,7 +120,18 @@ struct CollectiveWrite {
     dxpl = H(H5Pcreate(H5P_DATASET_XFER));
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
     file = H(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
-    return step_ok(file.valid(), "cannot create the file (MPI-IO)");
+    if (!step_ok(file.valid(), "cannot create the file (MPI-IO)")) return false;
+    // The whole file's disk space, reserved by one rank before HDF5 writes
+    // anything: a full disk (ENOSPC) inside a collective HDF5 call leaves the
+    // writers' HDF5 states different, and the collective close of the
+    // discarded file then hangs (tp=2) or is left to MPI_Finalize, which
+    // crashes in H5F__close_cb (1 rank). Failing here, no HDF5 call has failed.
+    if (wc.rank() == 0) {
+      comm::phase_progress("reserving the file's disk space");
+      const std::string e = reserve_space(tmp, reserve_bytes);
+      if (!e.empty()) err = e;
+    }
+    return step_ok(true, "");
   }
 
   bool root_attrs(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
@@ -141,6 +155,7 @@ struct CollectiveWrite {
   /// One tensor kind: create the dataset (with its shard_dim attribute), write the part.
   bool tensor_kind(const TensorRef& t, const std::string& name, const std::vector<hsize_t>& chunk, const float* buf,
                    bool first) {
+    comm::phase_progress("writing " + name + " (collective HDF5)");
     H ds(create_f32(file.get(), name, t.global_shape, chunk));
     bool ok = ds.valid();
     if (ok) {
@@ -188,6 +203,7 @@ struct CollectiveWrite {
       hsize_t n = 0;
       const void* buf = state_buffer(state, k, scalars, &n);
       const hid_t type = k == kSeedState ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
+      comm::phase_progress(std::string("writing ") + kStateNames[k] + " (collective HDF5)");
       H ds(create_state(file.get(), kStateNames[k], type, n));
       if (!step_ok(ds.valid(), std::string("cannot create dataset ") + kStateNames[k])) return false;
       const herr_t st =
@@ -212,6 +228,7 @@ struct CollectiveWrite {
 
   /// Flush (if all went well) and the collective close.
   void finish(bool good) {
+    comm::phase_progress("flushing and closing the file (collective HDF5)");
     if (good) step_ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "H5Fflush failed");
     // A failed write (typically a full disk) is discarded: empty the file
     // first, so that HDF5's closing metadata flush has room and the close
@@ -232,7 +249,8 @@ struct CollectiveWrite {
 /// on 2 cores an all-rank checkpoint of the quickstart model took 70 s.
 /// Returns this rank's error ("" if none); not yet agreed over all ranks.
 std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
-                       const CheckpointInfo& info, const std::string& tmp, std::uint64_t digest) {
+                       const CheckpointInfo& info, const std::string& tmp, std::uint64_t digest,
+                       std::uint64_t bytes) {
   const auto& w = grid.world();
   bool is_writer = w.rank() == 0;
   for (const auto& t : tensors) is_writer = is_writer || t.writer;
@@ -243,8 +261,8 @@ std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRe
     throw CheckpointError(prefix(tmp) + "MPI_Comm_split of the writer ranks failed");
   }
   if (!sub) return "";
-  CollectiveWrite cw{*sub, tmp, w.rank(), "", H(), H(), {}};
-  const bool good = cw.create() && cw.root_attrs(grid, tensors, state, info) && cw.create_groups() &&
+  CollectiveWrite cw{*sub, tmp, w.rank(), bytes, "", H(), H(), {}};
+  const bool good = cw.create() && (core::fault_point("ckpt_save", w.rank(), state.step), true) && cw.root_attrs(grid, tensors, state, info) && cw.create_groups() &&
                     cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state, digest);
   cw.finish(good);
   return cw.err;
@@ -288,18 +306,29 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   const auto& w = grid.world();
   const std::string final_path = checkpoint_path(cc.dir, state.step);
   const std::string tmp = final_path + ".tmp";
+  // The phase deadline (comm.timeout_s without progress): HDF5's collective
+  // I/O blocks inside MPI, outside wlb::comm's watchdog, so a stopped writer
+  // would otherwise hang the others silently. On the deadline the .tmp goes;
+  // `latest` and the previous checkpoints are untouched until the commit.
+  comm::PhaseWatch watch("checkpoint save", final_path, [tmp] {
+    return std::remove(tmp.c_str()) == 0 ? "removed " + tmp + "; `latest` and the previous checkpoints are unchanged"
+                                         : std::string("`latest` and the previous checkpoints are unchanged");
+  });
   h5::Quiet quiet;
+  comm::phase_progress("checking the tensor list");
   // 1. Arguments: same tensor list everywhere, writers cover every element once.
   check_arguments(w, tensors, tmp);
   // 2. Directory and free space (rank 0), agreed: HDF5 running out of space
   //    inside a collective dataset creation deadlocks the writers, so a
   //    checkpoint that cannot fit is refused before the file exists.
   const std::uint64_t bytes = checkpoint_bytes_estimate(tensors);
+  comm::phase_progress("checking checkpoint.dir");
   on_rank0_agreed(w, "", [&] { check_dir_for_checkpoints(cc.dir, bytes); });
   // 3. The content digest (all ranks), then the file, written by the writer
   //    ranks; errors agreed by everyone.
   const std::uint64_t digest = w.allreduce_value(local_digest(tensors), comm::ReduceOp::Sum) + digest_state(state);
-  std::string err = write_file(grid, tensors, state, info, tmp, digest);
+  std::string err = write_file(grid, tensors, state, info, tmp, digest, bytes);
+  comm::phase_progress("agreeing on the outcome of the write");
   w.barrier();
   err = comm::agree(w, err);
   if (!err.empty()) {
@@ -307,6 +336,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
     throw CheckpointError(err);
   }
   // 4. Commit (rank 0), agreed.
+  comm::phase_progress("committing (rename, `latest`)");
   on_rank0_agreed(w, prefix(final_path), [&] { commit(cc.dir, tmp, final_path, state.step, cc.keep); });
   return final_path;
 }
@@ -420,14 +450,19 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGri
                                  const std::vector<TensorRef>& tensors, const core::ModelConfig& model,
                                  std::int64_t vocab) {
   const auto& w = grid.world();
+  comm::PhaseWatch watch("checkpoint load", path);  // as the save's (HDF5's collective open and close)
+  core::fault_point("ckpt_load", w.rank(), -1);  // tests only (WLB4D_FAULT)
   h5::Quiet quiet;
+  comm::phase_progress("checking the file (rank 0, serial)");
   // Rank 0 checks the file serially first so that every rank agrees before
   // the collective open (a damaged file fails the same way everywhere).
   on_rank0_agreed(w, "", [&] {
     H f = open_serial(path);
     read_info(f.get(), path);
   });
+  comm::phase_progress("opening the file (collective MPI-IO)");
   H file = open_collective(w, path);
+  comm::phase_progress("reading this rank's shards");
   LoadedCheckpoint out;
   std::string err;
   H dxpl(H5Pcreate(H5P_DATASET_XFER));
@@ -440,6 +475,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const grid::ProcessGri
     err = e.what();
   }
   dxpl.reset();
+  comm::phase_progress("closing the file (collective HDF5)");
   if (!file.reset() && err.empty()) err = prefix(path) + "H5Fclose failed" + h5::reason();  // collective
   err = comm::agree(w, err);
   if (!err.empty()) throw CheckpointError(err);

@@ -75,6 +75,26 @@ void check_dir_for_checkpoints(const std::string& dir, std::uint64_t bytes) {
                           std::to_string(f >> 20) + " MiB (" + std::to_string(f >> 10) + " KiB) free");
 }
 
+std::string reserve_space(const std::string& path, std::uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) return prefix(path) + "cannot open to reserve disk space: " + std::strerror(errno);
+  struct stat st {};
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : 0;
+  int rc = 0;
+  do {
+    rc = ::fallocate(fd, 0, 0, off_t(bytes));
+  } while (rc != 0 && errno == EINTR);
+  const int e = rc == 0 ? 0 : errno;
+  if (e != 0) (void)::ftruncate(fd, before);  // give back what a partial reservation took
+  ::close(fd);
+  if (e == 0 || e == EOPNOTSUPP || e == ENOSYS) return "";
+  const auto slash = path.find_last_of('/');
+  return prefix(path) + "cannot reserve " + std::to_string((bytes + (1u << 20) - 1) >> 20) +
+         " MiB of disk space for the checkpoint: " +
+         (e == ENOSPC ? std::string("no space left on device") : std::string(std::strerror(e))) +
+         space_note(slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
 namespace {
 void fsync_path(const std::string& p, bool directory) {
   const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);

@@ -147,6 +147,14 @@ std::string space_note(const std::string& dir);
 /// \throws CheckpointError naming checkpoint.dir and the cause.
 void check_dir_for_checkpoints(const std::string& dir, std::uint64_t bytes);
 std::string join_path(const std::string& dir, const std::string& name);
+/// Reserves `bytes` of disk space for the file `path` (fallocate; the file
+/// grows to at least `bytes`, HDF5's close truncates it back to its end of
+/// allocation): a disk that cannot take the checkpoint fails here, before
+/// HDF5 writes anything, instead of inside a collective HDF5 call (whose
+/// ranks then disagree and hang in the close). "" when reserved or when the
+/// file system cannot reserve (EOPNOTSUPP: best effort); otherwise the
+/// message, naming the file, the size and the cause.
+std::string reserve_space(const std::string& path, std::uint64_t bytes);
 /// Rank 0's commit: rename tmp -> final, fsync, rewrite `latest`, retention.
 void commit(const std::string& dir, const std::string& tmp, const std::string& final_path, std::int64_t step,
             int keep);

@@ -481,7 +481,6 @@ struct Trainer::Impl {
                                          });
     if (!path) return;
     ckpt->prepare_load();  // ZeRO-1: host staging for the whole moments
-    core::fault_point("ckpt_load", grid.rank(), -1);  // tests only (WLB4D_FAULT)
     const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
     ckpt->push();
     resumed_from = *path;

@@ -40,6 +40,15 @@ TEST(FaultParser, DelayAnyStepUnlessGiven) {
   EXPECT_EQ(parse_fault("delay:rank=0:phase=backward:seconds=1:step=4").step, 4);
 }
 
+// A real SIGSTOP inside the checkpoint write (the phase deadline's test).
+TEST(FaultParser, StallWithStopInTheSave) {
+  const auto f = parse_fault("stall:rank=1:step=5:phase=ckpt_save:signal=STOP");
+  EXPECT_EQ(f.kind, "stall");
+  EXPECT_EQ(f.phase, "ckpt_save");
+  EXPECT_EQ(f.step, 5);
+  EXPECT_EQ(f.signal, SIGSTOP);
+}
+
 TEST(FaultParser, CheckpointKinds) {
   const auto w = parse_fault("ckpt_write:rank=1:after_bytes=1000000");
   EXPECT_EQ(w.after_bytes, 1000000);
@@ -67,7 +76,8 @@ TEST(FaultParser, BadValuesAreErrorsNamingTheVariable) {
   expect_rejected("stall:rank=x:step=1", "rank='x' is not a non-negative integer");
   expect_rejected("stall:rank=-1:step=1", "rank='-1' is not a non-negative integer");
   expect_rejected("stall:rank=1:step=2x", "step='2x' is not a non-negative integer");
-  expect_rejected("stall:rank=1:step=2:phase=optimizer", "phase='optimizer' is not step, forward, backward or ckpt_load");
+  expect_rejected("stall:rank=1:step=2:phase=optimizer", "phase='optimizer' is not step, forward, backward, ckpt_load or ckpt_save");
+  expect_rejected("stall:rank=1:step=2:signal=KILL", "signal='KILL' is not STOP");
   expect_rejected("crash:rank=1:step=2:signal=TERM", "signal='TERM' is not KILL, ABRT or SEGV");
   expect_rejected("stall:rank=1:step=2:after_bytes=5", "'after_bytes' is not a field of stall");
   expect_rejected("ckpt_write:rank=1", "ckpt_write needs after_bytes=N");

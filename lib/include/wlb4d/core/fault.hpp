@@ -4,11 +4,13 @@
 /// environment variable WLB4D_FAULT names one fault, so crash, stall,
 /// full-disk and timeout tests do not race a poller that sends signals.
 ///
-///   WLB4D_FAULT=stall:rank=R:step=S[:phase=P]
+///   WLB4D_FAULT=stall:rank=R:step=S[:phase=P][:signal=STOP]
 ///                                     world rank R stops making progress (it
 ///                                     sleeps, as under SIGSTOP) when it
 ///                                     reaches fault point P of step S
-///                                     (0-based).
+///                                     (0-based); signal=STOP: it sends
+///                                     itself SIGSTOP (the whole process
+///                                     stops, its threads too).
 ///   WLB4D_FAULT=crash:rank=R:step=S[:phase=P][:signal=KILL|ABRT|SEGV]
 ///                                     world rank R dies there of the signal
 ///                                     (default KILL: no handler, no flush,
@@ -34,7 +36,10 @@
 /// Fault points P: "step" (default; start of Trainer::step), "forward" and
 /// "backward" (the first forward / backward action of the step in the
 /// pipeline executor), "ckpt_load" (the trainer, before it reads the
-/// checkpoint it resumes from; step -1).
+/// checkpoint it resumes from; step -1), "ckpt_save" (a writer rank inside
+/// the checkpoint write, right after the collective file creation; step = the
+/// checkpoint's step, i.e. the steps done). The message of a fired fault
+/// point names the process id (tests send it signals).
 ///
 /// Errors: a malformed value throws std::invalid_argument naming
 /// WLB4D_FAULT, the value and the rule (check_fault_env() at start-up, on
@@ -48,12 +53,12 @@ namespace wlb::core {
 /// One parsed WLB4D_FAULT value (kind empty: no fault).
 struct FaultSpec {
   std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free
-  std::string phase = "step";    ///< step, forward, backward, ckpt_load (stall/crash/delay)
+  std::string phase = "step";    ///< step, forward, backward, ckpt_load, ckpt_save (stall/crash/delay)
   int rank = -1;                 ///< world rank (stall, crash, ckpt_write)
   std::int64_t step = -1;        ///< 0-based step (stall, crash)
   long long after_bytes = -1;    ///< ckpt_write
   long long free_bytes = -1;     ///< ckpt_free
-  int signal = 9;                ///< crash: SIGKILL, SIGABRT or SIGSEGV
+  int signal = 9;                ///< crash: SIGKILL, SIGABRT or SIGSEGV; stall: SIGSTOP or 9 (sleep)
   long long seconds = -1;        ///< delay
 };
 

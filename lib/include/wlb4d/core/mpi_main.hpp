@@ -21,6 +21,13 @@ namespace wlb::core {
 /// \return body's code, 2 after a ConfigError (all ranks), otherwise aborts.
 int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body);
 
+/// A function mpi_main calls right before MPI_Abort (after the error is
+/// printed), e.g. to end stopped ranks of this host that would outlive the
+/// job (comm/phase_watch.hpp). One hook; nullptr removes it.
+void set_before_abort(void (*fn)());
+/// Calls the hook (if any); for other abort paths (the phase deadline).
+void run_before_abort();
+
 /// World rank and size (valid inside mpi_main).
 int world_rank();
 int world_size();
