@@ -426,7 +426,10 @@ struct Trainer::Impl {
         m.b = abc[1];
         m.c = abc[2];
         saved = reuse_calibration(cfg, source, m);
-        if (saved) how = "reused from " + *path + " (" + source + " at the run's first start)";
+        if (saved)
+          how = saved->source == kCostFlopsFallback && !saved->warning.empty()
+                    ? "from FLOP counts (the calibration stored in " + *path + " is degenerate)"
+                    : "reused from " + *path + " (" + source + " at the run's first start)";
         else if (grid.rank() == 0)
           spdlog::info("balance.calibrate=true: {} stores no calibration ({}): calibrating now", *path,
                        source.empty() ? std::string("cost model not recorded") : "cost model " + source);
@@ -437,10 +440,10 @@ struct Trainer::Impl {
         const auto cal = calibrate_cost_model(
             cfg.model, std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens), grid.world());
         r = accept_calibration(cfg, cal.cost);
-        how = "calibrated on this build's layer";
+        how = r.source == kCostFlopsFallback ? "from FLOP counts (calibration degenerate)"
+                                             : "calibrated on this build's layer";
       }
       if (!r.warning.empty() && grid.rank() == 0) spdlog::warn("{}", r.warning);
-      if (r.source == kCostFlopsFallback && how.rfind("reused", 0) != 0) how = "from FLOP counts (calibration degenerate)";
     }
     const auto& k = r.cost;
     if (grid.rank() == 0)
