@@ -330,7 +330,8 @@ const std::vector<KeySpec>& key_table() {
               at_least(0.0)),
       WLB_KEY(double, plan, flops_per_s,
               "wlb4d-plan: sustained fp32 GEMM throughput per device (FLOP/s; under train.precision=bf16 "
-              "plan.flops_per_s_bf16 when set)",
+              "plan.flops_per_s_bf16 when set); also the rate of wlb4d's FLOP-count cost model (balance.calibrate="
+              "false without cost_a/cost_b)",
               positive()),
       WLB_KEY(double, plan, device_memory_gib,
               "memory per device (GiB): wlb4d-plan marks layouts whose predicted peak per rank exceeds it; a "
@@ -349,7 +350,8 @@ const std::vector<KeySpec>& key_table() {
               "rate when train.precision=bf16",
               at_least(0.0)),
       WLB_KEY(double, plan, attention_efficiency,
-              "wlb4d-plan: attention kernel FLOP rate / GEMM rate (dimensionless, in (0, 1])",
+              "wlb4d-plan and wlb4d's FLOP-count cost model: attention kernel FLOP rate / GEMM rate "
+              "(dimensionless, in (0, 1])",
               [](const double& v) {
                 return v > 0 && v <= 1 ? std::string() : std::string("must be in (0, 1]");
               }),
