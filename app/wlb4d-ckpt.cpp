@@ -62,6 +62,11 @@ int inspect(const std::string& path) {
   std::printf("model identity   rope_theta=%s norm_eps=%s\n",
               info.has_rope_norm ? fmt_g(info.model.rope_theta).c_str() : "(not stored)",
               info.has_rope_norm ? fmt_g(info.model.norm_eps).c_str() : "(not stored)");
+  if (info.cost_source.empty())
+    std::printf("cost model       (not stored)\n");
+  else
+    std::printf("cost model       %s: a=%.6e s/token b=%.6e s/token^2 c=%.6e s per layer\n", info.cost_source.c_str(),
+                info.cost_a, info.cost_b, info.cost_c);
   const auto tensors = io::summarize_checkpoint(path);
   std::size_t width = 0;
   for (const auto& t : tensors) width = std::max(width, t.dataset.size());

@@ -35,7 +35,7 @@ Prints a summary:
   bubble share       Σ t_p2p_wait / Σ t_total over all ranks and steps
   compute imbalance  mean over steps of max/mean compute_cpu over ranks (measured)
   peak memory        max over ranks of mem_predicted and mem_measured (last step)
-  cost model         per start: a [s/token], b [s/token²], c [s], calibrated or deck
+  cost model         per start: a [s/token], b [s/token²], c [s], calibrated, deck or FLOP counts
   pipeline timeline  (with /trace) the traced step, action count, ranks, and the
                      bubble share: idle time between a rank's first and last
                      compute action over that span, mean over ranks
@@ -320,7 +320,7 @@ def main(argv=None):
               f"{rows['mem_measured'][last].max() / 2**20:.1f} MiB (Kokkos, max over ranks)")
     if restarts is not None and restarts.size and "cost_a" in restarts.dtype.names:
         for r in restarts:
-            how = "calibrated" if r["cost_calibrated"] else "from deck"
+            how = {1: "calibrated", 2: "FLOP counts"}.get(int(r["cost_calibrated"]), "from deck")
             print(f"cost model         step {r['step']}: a={r['cost_a']:.3e} s/token b={r['cost_b']:.3e} s/token^2 "
                   f"c={r['cost_c']:.3e} s ({how})")
     kinds = attrs.get("kind_names", [])

@@ -4,6 +4,8 @@
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/core/error.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -57,19 +59,40 @@ double CostModel::breakpoint() const {
   return b > 0 ? a / b : std::numeric_limits<double>::infinity();
 }
 
+bool CostModel::uses_deck_coefficients(const core::BalanceConfig& bc) {
+  return !bc.calibrate && (bc.cost_a > 0 || bc.cost_b > 0);
+}
+
+double CostModel::gemm_flops_per_s(const core::Config& cfg) {
+  return cfg.train.precision == "bf16" && cfg.plan.flops_per_s_bf16 > 0 ? cfg.plan.flops_per_s_bf16
+                                                                          : cfg.plan.flops_per_s;
+}
+
 CostModel CostModel::from_config(const core::Config& cfg) {
   const auto& bc = cfg.balance;
-  if (bc.calibrate)
-    throw core::ConfigError(
-        "balance.calibrate=true: the cost model must be fitted from timed kernels (balance::fit); "
-        "set balance.calibrate=false to use balance.cost_a/cost_b/cost_c");
-  if (bc.cost_a <= 0 && bc.cost_b <= 0)
-    throw core::ConfigError("balance.calibrate=false needs balance.cost_a or balance.cost_b > 0 (the cost model)");
+  if (!uses_deck_coefficients(bc))
+    return from_model(cfg.model, cfg.parallel.tp, gemm_flops_per_s(cfg), cfg.plan.attention_efficiency);
   CostModel m;
   m.a = bc.cost_a;
   m.b = bc.cost_b;
   m.c = bc.cost_c;
   return m;
+}
+
+std::string CostModel::calibration_problem() const {
+  auto num = [](double v) { return fmt::format("{:.3e}", v); };
+  if (!std::isfinite(a) || !std::isfinite(b) || !std::isfinite(c))
+    return "a = " + num(a) + ", b = " + num(b) + ", c = " + num(c) + " are not all finite";
+  if (!(b > 0))
+    return "the quadratic (attention) term b = " + num(b) +
+           " is not positive (breakpoint infinite): the timings did not grow with the documents' squared lengths";
+  if (!(a > 0))
+    return "the linear term a = " + num(a) + " is not positive (breakpoint 0): the timings did not grow with tokens";
+  if (c < 0) return "the per-micro-batch constant c = " + num(c) + " is negative";
+  // Finite and positive above, but a/b may still overflow or round to 0.
+  const double bp = breakpoint();
+  if (!std::isfinite(bp) || !(bp > 0)) return "the breakpoint a/b = " + num(bp) + " tokens is not finite and positive";
+  return {};
 }
 
 CostModel CostModel::from_model(const core::ModelConfig& model, int tp, double flops_per_s,

@@ -237,11 +237,17 @@ const std::vector<KeySpec>& key_table() {
                 }
                 return n ? std::string() : std::string("must be auto, none or ascending positive token counts");
               }),
-      WLB_KEY(bool, balance, calibrate, "time this build's kernels at start-up for the cost model",
+      WLB_KEY(bool, balance, calibrate,
+              "time this build's kernels at start-up for the cost model (opt-in: the plan then depends on the "
+              "machine's timings; the constants are saved in checkpoints and reused on resume). false: "
+              "balance.cost_a/cost_b when given, else the FLOP-count model (plan.flops_per_s, "
+              "plan.attention_efficiency), the same plan on any machine",
               any<bool>()),
-      WLB_KEY(double, balance, cost_a, "cost model: seconds per token per layer (calibrate=false)",
+      WLB_KEY(double, balance, cost_a,
+              "cost model: seconds per token per layer (calibrate=false; 0 with cost_b 0: the FLOP-count model)",
               at_least(0.0)),
-      WLB_KEY(double, balance, cost_b, "cost model: seconds per token^2 per layer (calibrate=false)",
+      WLB_KEY(double, balance, cost_b,
+              "cost model: seconds per token^2 per layer (calibrate=false; 0 with cost_a 0: the FLOP-count model)",
               at_least(0.0)),
       WLB_KEY(double, balance, cost_c, "cost model: seconds per micro-batch per layer", at_least(0.0)),
       // [optim]
@@ -324,7 +330,8 @@ const std::vector<KeySpec>& key_table() {
               at_least(0.0)),
       WLB_KEY(double, plan, flops_per_s,
               "wlb4d-plan: sustained fp32 GEMM throughput per device (FLOP/s; under train.precision=bf16 "
-              "plan.flops_per_s_bf16 when set)",
+              "plan.flops_per_s_bf16 when set); also the rate of wlb4d's FLOP-count cost model (balance.calibrate="
+              "false without cost_a/cost_b)",
               positive()),
       WLB_KEY(double, plan, device_memory_gib,
               "memory per device (GiB): wlb4d-plan marks layouts whose predicted peak per rank exceeds it; a "
@@ -343,7 +350,8 @@ const std::vector<KeySpec>& key_table() {
               "rate when train.precision=bf16",
               at_least(0.0)),
       WLB_KEY(double, plan, attention_efficiency,
-              "wlb4d-plan: attention kernel FLOP rate / GEMM rate (dimensionless, in (0, 1])",
+              "wlb4d-plan and wlb4d's FLOP-count cost model: attention kernel FLOP rate / GEMM rate "
+              "(dimensionless, in (0, 1])",
               [](const double& v) {
                 return v > 0 && v <= 1 ? std::string() : std::string("must be in (0, 1]");
               }),
@@ -643,8 +651,6 @@ void validate(const Config& c) {
   if (c.balance.max_tokens != 0 && c.balance.max_tokens < c.train.max_seq_len)
     fail(fmt::format("balance.max_tokens={} must be 0 or >= train.max_seq_len={}", c.balance.max_tokens,
                      c.train.max_seq_len));
-  if (!c.balance.calibrate && c.balance.cost_a == 0 && c.balance.cost_b == 0)
-    fail("balance.calibrate=false needs balance.cost_a or balance.cost_b > 0 (the cost model)");
   if (c.comm.grad_reduce_dtype == "bf16" && c.train.precision != "bf16")
     fail(fmt::format("comm.grad_reduce_dtype=bf16 needs train.precision=bf16 (got train.precision={}): a bf16 "
                      "reduction of an fp32 run would round gradients the run otherwise keeps exact",

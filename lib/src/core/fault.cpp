@@ -16,7 +16,7 @@ namespace {
 const char* const kForms =
     "expected stall:rank=R:step=S[:phase=step|forward|backward|ckpt_load|ckpt_save][:signal=STOP], "
     "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], delay:rank=R:phase=P:seconds=N[:step=S], "
-    "ckpt_write:rank=R:after_bytes=N or ckpt_free:bytes=N";
+    "ckpt_write:rank=R:after_bytes=N, ckpt_free:bytes=N or calib_load:sample=K:percent=P";
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw std::invalid_argument("WLB4D_FAULT='" + text + "': " + why + "; " + kForms);
@@ -82,7 +82,8 @@ FaultSpec parse_fault(const std::string& text) {
   if (text.empty()) return f;
   const auto colon = text.find(':');
   f.kind = text.substr(0, colon);
-  if (f.kind != "stall" && f.kind != "crash" && f.kind != "delay" && f.kind != "ckpt_write" && f.kind != "ckpt_free")
+  if (f.kind != "stall" && f.kind != "crash" && f.kind != "delay" && f.kind != "ckpt_write" && f.kind != "ckpt_free" &&
+      f.kind != "calib_load")
     bad(text, "unknown kind '" + f.kind + "'");
   std::size_t pos = colon;
   while (pos != std::string::npos) {
@@ -92,7 +93,7 @@ FaultSpec parse_fault(const std::string& text) {
     if (eq == std::string::npos) bad(text, "'" + kv + "' is not key=value");
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     const bool step_kind = f.kind == "stall" || f.kind == "crash" || f.kind == "delay";
-    if (k == "rank" && f.kind != "ckpt_free") {
+    if (k == "rank" && f.kind != "ckpt_free" && f.kind != "calib_load") {
       f.rank = int(to_count(text, k, v));
     } else if (k == "step" && step_kind) {
       f.step = to_count(text, k, v);
@@ -114,12 +115,18 @@ FaultSpec parse_fault(const std::string& text) {
       f.after_bytes = to_count(text, k, v);
     } else if (k == "bytes" && f.kind == "ckpt_free") {
       f.free_bytes = to_count(text, k, v);
+    } else if (k == "sample" && f.kind == "calib_load") {
+      f.sample = to_count(text, k, v);
+    } else if (k == "percent" && f.kind == "calib_load") {
+      f.percent = to_count(text, k, v);
     } else {
       bad(text, "'" + k + "' is not a field of " + f.kind);
     }
     pos = next;
   }
-  if (f.kind != "ckpt_free" && f.rank < 0) bad(text, f.kind + " needs rank=R");
+  if (f.kind != "ckpt_free" && f.kind != "calib_load" && f.rank < 0) bad(text, f.kind + " needs rank=R");
+  if (f.kind == "calib_load" && (f.sample < 0 || f.percent < 0))
+    bad(text, "calib_load needs sample=K and percent=P");
   if ((f.kind == "stall" || f.kind == "crash") && f.step < 0) bad(text, f.kind + " needs step=S");
   if (f.kind == "delay" && f.seconds < 0) bad(text, "delay needs seconds=N");
   if (f.kind == "ckpt_write" && f.after_bytes < 0) bad(text, "ckpt_write needs after_bytes=N");
@@ -156,6 +163,11 @@ bool fault_write_fails(int world_rank, std::uint64_t bytes_after) {
 long long fault_free_bytes() {
   const FaultSpec& f = state().spec;
   return f.kind == "ckpt_free" ? f.free_bytes : -1;
+}
+
+double fault_calibration_scale(long long sample) {
+  const FaultSpec& f = state().spec;
+  return f.kind == "calib_load" && sample == f.sample ? double(f.percent) / 100.0 : 1.0;
 }
 
 }  // namespace wlb::core

@@ -124,6 +124,12 @@ void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid&
   h5::write_attr<CheckpointError>(f, "model_norm_eps", H5T_NATIVE_DOUBLE, &info.model.norm_eps, 1, true, w, kW);
   str("tensors", tensor_list_text(tensors));
   str("train_precision", info.precision);
+  if (!info.cost_source.empty()) {  // the balancing cost model, reused on resume (balance.calibrate)
+    str("cost_source", info.cost_source);
+    h5::write_attr<CheckpointError>(f, "cost_a", H5T_NATIVE_DOUBLE, &info.cost_a, 1, true, w, kW);
+    h5::write_attr<CheckpointError>(f, "cost_b", H5T_NATIVE_DOUBLE, &info.cost_b, 1, true, w, kW);
+    h5::write_attr<CheckpointError>(f, "cost_c", H5T_NATIVE_DOUBLE, &info.cost_c, 1, true, w, kW);
+  }
 }
 
 hid_t create_f32(hid_t file, const std::string& name, const std::vector<std::int64_t>& g,
@@ -340,6 +346,12 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
   info.deck = attr_string(f, "deck", path);
   info.dataset_identity = attr_string(f, "dataset_identity", path);
   info.precision = h5::has_attr(f, "train_precision") ? attr_string(f, "train_precision", path) : std::string();
+  if (h5::has_attr(f, "cost_source")) {
+    info.cost_source = attr_string(f, "cost_source", path);
+    info.cost_a = attr_f64(f, "cost_a", path);
+    info.cost_b = attr_f64(f, "cost_b", path);
+    info.cost_c = attr_f64(f, "cost_c", path);
+  }
   info.program_version = attr_string(f, "program_version", path);
   info.git_sha = attr_string(f, "git_sha", path);
   info.step = attr_i64(f, "step", path);

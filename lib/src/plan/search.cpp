@@ -96,7 +96,7 @@ class Evaluator {
   /// The candidate's cost model (see search.hpp for calibrate = false).
   balance::CostModel cost(const core::Config& c) const {
     balance::CostModel m = plan_cost_model(c);
-    if (!c.balance.calibrate) {
+    if (balance::CostModel::uses_deck_coefficients(c.balance)) {  // measured at the deck's tp; the FLOP profile scales itself
       const double s = double(deck_.parallel.tp) / c.parallel.tp;
       m.a *= s;
       m.b *= s;

@@ -36,15 +36,12 @@ double ring_allgather(double alpha, double beta, int g, double bytes_per_rank) {
 
 }  // namespace
 
-double plan_gemm_flops(const core::Config& cfg) {
-  return cfg.train.precision == "bf16" && cfg.plan.flops_per_s_bf16 > 0 ? cfg.plan.flops_per_s_bf16
-                                                                          : cfg.plan.flops_per_s;
-}
+double plan_gemm_flops(const core::Config& cfg) { return CostModel::gemm_flops_per_s(cfg); }
 
-CostModel plan_cost_model(const core::Config& cfg) {
-  if (!cfg.balance.calibrate) return CostModel::from_config(cfg);
-  return CostModel::from_model(cfg.model, cfg.parallel.tp, plan_gemm_flops(cfg), cfg.plan.attention_efficiency);
-}
+// The trainer's untimed model (the planner cannot time kernels: with
+// balance.calibrate=true it plans with the FLOP profile, as the trainer does
+// when a calibration is degenerate).
+CostModel plan_cost_model(const core::Config& cfg) { return CostModel::from_config(cfg); }
 
 StepModel StepModel::uniform(const core::Config& cfg) {
   StepModel s;

@@ -1,13 +1,47 @@
 #include "wlb4d/train/calibrate.hpp"
 
 #include "wlb4d/core/clock.hpp"
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/model/transformer.hpp"
 
 #include <Kokkos_Core.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace wlb::train {
+
+RunCostModel untimed_cost_model(const core::Config& cfg) {
+  RunCostModel r;
+  r.cost = balance::CostModel::from_config(cfg);
+  r.source = balance::CostModel::uses_deck_coefficients(cfg.balance) ? kCostDeck : kCostFlops;
+  return r;
+}
+
+RunCostModel accept_calibration(const core::Config& cfg, const balance::CostModel& fitted) {
+  const std::string why = fitted.calibration_problem();
+  if (why.empty()) return {fitted, kCostCalibrated, {}};
+  core::Config flops = cfg;  // the deck's cost_a/b are not looked at under calibrate=true
+  flops.balance.calibrate = true;
+  RunCostModel r{balance::CostModel::from_config(flops), kCostFlopsFallback, {}};
+  r.warning = fmt::format(
+      "balance.calibrate=true: the calibration is degenerate ({}; fit a = {:.3e} s/token, b = {:.3e} s/token^2, "
+      "c = {:.3e} s): planning with the FLOP-count model instead (a = {:.3e}, b = {:.3e}, breakpoint {:.0f} "
+      "tokens), as balance.calibrate=false does; the node was probably busy while timing",
+      why, fitted.a, fitted.b, fitted.c, r.cost.a, r.cost.b, r.cost.breakpoint());
+  return r;
+}
+
+std::optional<RunCostModel> reuse_calibration(const core::Config& cfg, const std::string& source,
+                                              const balance::CostModel& saved) {
+  if (source == kCostCalibrated) return accept_calibration(cfg, saved);
+  if (source == kCostFlopsFallback) {  // damaged constants: the FLOP-count model afresh, with the warning
+    if (!saved.calibration_problem().empty()) return accept_calibration(cfg, saved);
+    return RunCostModel{saved, kCostFlopsFallback, {}};
+  }
+  return std::nullopt;
+}
 
 Calibration calibrate_cost_model(const core::ModelConfig& model, std::int64_t max_tokens,
                                  const comm::Communicator& world, int repeats) {
@@ -53,7 +87,7 @@ Calibration calibrate_cost_model(const core::ModelConfig& model, std::int64_t ma
           smp.sum_d += len;
           smp.sum_d2 += len * len;
         }
-        smp.seconds = best;
+        smp.seconds = best * core::fault_calibration_scale(std::int64_t(cal.samples.size()));  // tests only
         cal.samples.push_back(smp);
       }
     }

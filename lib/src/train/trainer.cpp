@@ -31,6 +31,8 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <unistd.h>
 
 namespace wlb::train {
@@ -98,6 +100,7 @@ struct Trainer::Impl {
   StreamSource source;
   std::int64_t vocab = 0;
   balance::CostModel cost;
+  std::string cost_source;  // train::kCost*: saved in checkpoints, reused on resume (balance.calibrate)
   std::unique_ptr<balance::Packer> packer;
   std::unique_ptr<pipeline::Executor> exec;
   std::unique_ptr<optim::Optimizer> opt;
@@ -115,6 +118,9 @@ struct Trainer::Impl {
   std::vector<io::TraceRecord> trace_rows;  // this rank's actions of the traced step (log.trace_step)
   double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
   pipeline::MemoryEstimate mem;  // this rank's predicted peak (memory model)
+  // checkpoint.resume's answer, looked up once (verifying a checkpoint reads
+  // all of it): by the cost model first under balance.calibrate, else by resume().
+  std::optional<std::optional<std::string>> resume_lookup;
 
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
@@ -137,7 +143,7 @@ struct Trainer::Impl {
     core::install_memory_tracker();  // before any model allocation
     check_memory_fits();             // before anything large is allocated or planned
     check_has_targets();
-    cost = make_cost_model();
+    std::tie(cost, cost_source) = make_cost_model();
     packer = balance::make_packer(c, cost, wlb_length_sample());
     warn_if_dataset_smaller_than_a_step();
     exec = std::make_unique<pipeline::Executor>(cfg, g, vocab);
@@ -239,17 +245,82 @@ struct Trainer::Impl {
                             "data.val= (empty) or train.eval_every=0 to train without validation");
   }
 
-  /// Calibrated on this build's layer (balance.calibrate), else from the deck.
-  balance::CostModel make_cost_model() const {
-    if (!cfg.balance.calibrate) return balance::CostModel::from_config(cfg);
-    const auto cal = calibrate_cost_model(
-        cfg.model, std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens), grid.world());
-    const auto& k = cal.cost;
+  /// The checkpoint checkpoint.resume names, if any (collective; once).
+  const std::optional<std::string>& resume_path() {
+    if (!resume_lookup)
+      resume_lookup = io::resolve_resume(cfg.checkpoint.dir, cfg.checkpoint.resume, grid.world(), nullptr,
+                                         [&](const std::string& p) {
+                                           // A checkpoint written for another model is skipped like a corrupt one.
+                                           return io::checkpoint_model_mismatch(p, cfg.model, vocab);
+                                         });
+    return *resume_lookup;
+  }
+
+  /// The balancing cost model and its source (collective). By default
+  /// untimed (the deck's cost_a/b/c or the FLOP-count model), so the same
+  /// deck, seed and data plan the same batches on any machine (DESIGN §3).
+  /// balance.calibrate=true: the constants of the checkpoint resumed from
+  /// when it calibrated, so a resume plans as the uninterrupted run; else
+  /// timed now on this build's layer, a degenerate fit falling back to the
+  /// FLOP-count model with a warning (train::accept_calibration).
+  std::pair<balance::CostModel, std::string> make_cost_model() {
+    RunCostModel r;
+    std::string how;
+    if (!cfg.balance.calibrate) {
+      r = untimed_cost_model(cfg);
+      how = r.source == kCostDeck ? "from the deck (balance.cost_a/cost_b/cost_c)"
+                                  : "from FLOP counts (plan.flops_per_s, plan.attention_efficiency)";
+    } else {
+      std::optional<RunCostModel> saved;
+      if (const auto& path = resume_path()) {
+        // Rank 0 reads the attributes; every rank gets them (or the error).
+        std::string err, source;
+        double abc[3] = {0, 0, 0};
+        if (grid.rank() == 0) {
+          try {
+            const auto info = io::read_checkpoint_info(*path);
+            source = info.cost_source;
+            abc[0] = info.cost_a;
+            abc[1] = info.cost_b;
+            abc[2] = info.cost_c;
+          } catch (const std::exception& e) {
+            err = e.what();
+          }
+        }
+        err = comm::agree(grid.world(), err);
+        if (!err.empty()) throw core::CheckpointError(err);
+        source = comm::bcast_string(grid.world(), source, 0);
+        grid.world().broadcast(abc, 3, 0);
+        balance::CostModel m;
+        m.a = abc[0];
+        m.b = abc[1];
+        m.c = abc[2];
+        saved = reuse_calibration(cfg, source, m);
+        if (saved)
+          how = saved->source == kCostFlopsFallback && !saved->warning.empty()
+                    ? "from FLOP counts (the calibration stored in " + *path + " is degenerate)"
+                    : "reused from " + *path + " (" + source + " at the run's first start)";
+        else if (grid.rank() == 0)
+          spdlog::info("balance.calibrate=true: {} stores no calibration ({}): calibrating now", *path,
+                       source.empty() ? std::string("cost model not recorded") : "cost model " + source);
+      }
+      if (saved) {
+        r = *saved;
+      } else {
+        const auto cal = calibrate_cost_model(
+            cfg.model, std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens), grid.world());
+        r = accept_calibration(cfg, cal.cost);
+        how = r.source == kCostFlopsFallback ? "from FLOP counts (calibration degenerate)"
+                                             : "calibrated on this build's layer";
+      }
+      if (!r.warning.empty() && grid.rank() == 0) spdlog::warn("{}", r.warning);
+    }
+    const auto& k = r.cost;
     if (grid.rank() == 0)
-      spdlog::info("cost model calibrated on this build's layer: a = {:.3e} s/token, b = {:.3e} s/token^2, "
-                   "c = {:.3e} s per layer (breakpoint {:.0f} tokens)",
-                   k.a, k.b, k.c, k.breakpoint());
-    return k;
+      spdlog::info("cost model {}: a = {:.3e} s/token, b = {:.3e} s/token^2, c = {:.3e} s per layer (breakpoint "
+                   "{:.0f} tokens)",
+                   how, k.a, k.b, k.c, k.breakpoint());
+    return {r.cost, r.source};
   }
 
   /// wlb with outlier_thresholds=auto tunes on a sample of document lengths:
@@ -466,6 +537,10 @@ struct Trainer::Impl {
     info.model = cfg.model;
     info.vocab = vocab;  // padded vocabulary: the tensors' shape
     info.precision = cfg.train.precision;
+    info.cost_source = cost_source;  // reused on resume under balance.calibrate
+    info.cost_a = cost.a;
+    info.cost_b = cost.b;
+    info.cost_c = cost.c;
     const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), st, info);
     last_ckpt_time = core::wall_seconds();
     if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
@@ -475,10 +550,7 @@ struct Trainer::Impl {
   /// checkpoint.resume: values, moments, step, tokens, stream and packer state (collective).
   void resume() {
     // A newest checkpoint written for another model is skipped like a corrupt one (resume=auto).
-    const auto path = io::resolve_resume(cfg.checkpoint.dir, cfg.checkpoint.resume, grid.world(), nullptr,
-                                         [&](const std::string& p) {
-                                           return io::checkpoint_model_mismatch(p, cfg.model, vocab);
-                                         });
+    const auto path = resume_path();
     if (!path) return;
     ckpt->prepare_load();  // ZeRO-1: host staging for the whole moments
     const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
@@ -498,6 +570,13 @@ struct Trainer::Impl {
       if (r.info.dataset_identity != train_ds.identity())
         spdlog::warn("data.train changed since the checkpoint: was {}, is {}", r.info.dataset_identity,
                      train_ds.identity());
+      if (!r.info.cost_source.empty() &&
+          (r.info.cost_a != cost.a || r.info.cost_b != cost.b || r.info.cost_c != cost.c))
+        spdlog::warn("the checkpoint planned with another cost model ({}: a = {:.3e}, b = {:.3e}, c = {:.3e}) than "
+                     "this start ({}, balance.calibrate={}): batches are planned differently from the "
+                     "uninterrupted run",
+                     r.info.cost_source, r.info.cost_a, r.info.cost_b, r.info.cost_c, cost_source,
+                     cfg.balance.calibrate);
       if (r.state.seed != cfg.train.seed)
         spdlog::warn("train.seed={} differs from the checkpoint's {}: the data order changes", cfg.train.seed,
                      r.state.seed);
@@ -520,7 +599,7 @@ Trainer::Trainer(const core::Config& cfg, const grid::ProcessGrid& grid)
   rr.cost_a = I.cost.a;
   rr.cost_b = I.cost.b;
   rr.cost_c = I.cost.c;
-  rr.cost_calibrated = cfg.balance.calibrate ? 1 : 0;
+  rr.cost_calibrated = I.cost_source == kCostCalibrated ? 1 : I.cost_source == kCostDeck ? 0 : 2;
   io::RunIdentity id;
   id.deck = cfg.deck_path;
   id.program_version = fmt::format("{} (git {})", core::kVersion, core::kGitSha);

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 
 using namespace wlb::balance;
 
@@ -78,16 +81,58 @@ TEST(CostModel, FromModelFlopProfile) {
 
 TEST(CostModel, FromConfig) {
   wlb::core::Config cfg;
-  EXPECT_THROW(CostModel::from_config(cfg), wlb::core::ConfigError);  // calibrate=true
-  cfg.balance.calibrate = false;
-  EXPECT_THROW(CostModel::from_config(cfg), wlb::core::ConfigError);  // a = b = 0
+  // The default: not timed, the FLOP-count model of the deck's model and rates.
+  EXPECT_FALSE(cfg.balance.calibrate);
+  EXPECT_FALSE(CostModel::uses_deck_coefficients(cfg.balance));
+  const auto flops = CostModel::from_model(cfg.model, cfg.parallel.tp, cfg.plan.flops_per_s, cfg.plan.attention_efficiency);
+  auto m = CostModel::from_config(cfg);
+  EXPECT_EQ(m.a, flops.a);
+  EXPECT_EQ(m.b, flops.b);
+  EXPECT_EQ(m.c, 0);
+  // bf16 runs use the bf16 GEMM rate when the deck gives one.
+  cfg.train.precision = "bf16";
+  cfg.plan.flops_per_s_bf16 = 4 * cfg.plan.flops_per_s;
+  EXPECT_EQ(CostModel::gemm_flops_per_s(cfg), cfg.plan.flops_per_s_bf16);
+  EXPECT_DOUBLE_EQ(CostModel::from_config(cfg).a, flops.a / 4);
+  cfg.train.precision = "fp32";
+  // The deck's coefficients when given.
   cfg.balance.cost_a = 1e-7;
   cfg.balance.cost_b = 2e-12;
   cfg.balance.cost_c = 3e-5;
-  const auto m = CostModel::from_config(cfg);
+  EXPECT_TRUE(CostModel::uses_deck_coefficients(cfg.balance));
+  m = CostModel::from_config(cfg);
   EXPECT_EQ(m.a, 1e-7);
   EXPECT_EQ(m.b, 2e-12);
   EXPECT_EQ(m.c, 3e-5);
+  // calibrate=true: the trainer times kernels; what needs no timing (the
+  // planner, a degenerate calibration's fallback) is the FLOP-count model.
+  cfg.balance.calibrate = true;
+  EXPECT_FALSE(CostModel::uses_deck_coefficients(cfg.balance));
+  EXPECT_EQ(CostModel::from_config(cfg).a, flops.a);
+}
+
+// A calibration that cannot be planned with is named, whatever made it so.
+TEST(CostModel, CalibrationProblem) {
+  CostModel ok;
+  ok.a = 1e-7;
+  ok.b = 1e-11;
+  ok.c = 1e-5;
+  EXPECT_EQ(ok.calibration_problem(), "");
+  auto with = [&](double a, double b, double c) {
+    CostModel m = ok;
+    m.a = a;
+    m.b = b;
+    m.c = c;
+    return m.calibration_problem();
+  };
+  // b = 0: the "breakpoint inf tokens" of a calibration under load.
+  EXPECT_NE(with(1e-7, 0, 1e-5).find("quadratic (attention) term b = 0.000e+00 is not positive"), std::string::npos);
+  EXPECT_NE(with(1e-7, -1e-12, 0).find("is not positive"), std::string::npos);
+  EXPECT_NE(with(0, 1e-11, 0).find("linear term a = 0.000e+00 is not positive"), std::string::npos);
+  EXPECT_NE(with(1e-7, 1e-11, -1e-6).find("c = -1.000e-06 is negative"), std::string::npos);
+  EXPECT_NE(with(std::nan(""), 1e-11, 0).find("not all finite"), std::string::npos);
+  EXPECT_NE(with(1e-7, std::numeric_limits<double>::infinity(), 0).find("not all finite"), std::string::npos);
+  EXPECT_NE(with(1e300, 1e-300, 0).find("breakpoint a/b = inf"), std::string::npos);  // overflows
 }
 
 TEST(CostModelFit, RecoversCoefficientsFromNoisyTimings) {

@@ -56,6 +56,13 @@ TEST(FaultParser, CheckpointKinds) {
   EXPECT_EQ(parse_fault("ckpt_free:bytes=4096").free_bytes, 4096);
 }
 
+TEST(FaultParser, CalibrationLoad) {
+  const auto f = parse_fault("calib_load:sample=3:percent=250");
+  EXPECT_EQ(f.kind, "calib_load");
+  EXPECT_EQ(f.sample, 3);
+  EXPECT_EQ(f.percent, 250);
+}
+
 // The message names WLB4D_FAULT, the value, and what is wrong with it.
 void expect_rejected(const std::string& text, const std::string& why) {
   try {
@@ -84,4 +91,6 @@ TEST(FaultParser, BadValuesAreErrorsNamingTheVariable) {
   expect_rejected("ckpt_free:bytes=", "bytes='' is not a non-negative integer");
   expect_rejected("stall:rank=1:step", "'step' is not key=value");
   expect_rejected("delay:rank=0:phase=ckpt_load", "delay needs seconds=N");
+  expect_rejected("calib_load:sample=2", "calib_load needs sample=K and percent=P");
+  expect_rejected("calib_load:sample=2:percent=50:rank=0", "'rank' is not a field of calib_load");
 }

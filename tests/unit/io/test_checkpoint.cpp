@@ -102,6 +102,31 @@ TEST(Checkpoint, RoundTripRestoresValuesMomentsAndState) {
   const auto info = io::read_checkpoint_info(path);
   ASSERT_EQ(info.tensors.size(), full.size());
   for (std::size_t i = 0; i < full.size(); ++i) EXPECT_EQ(info.tensors[i], full[i].name);
+  EXPECT_EQ(info.cost_source, "");  // none given: no cost model attributes
+}
+
+// The balancing cost model a run planned with travels in the checkpoint,
+// bit for bit, so a resume with balance.calibrate=true plans with it again.
+TEST(Checkpoint, CostModelAttributesRoundTrip) {
+  const std::string dir = fresh_dir("cost_model");
+  OneRank w(model_config(), kSeed, true);
+  core::CheckpointConfig cc;
+  cc.dir = dir;
+  auto in = sample_info(model_config(), kVocab);
+  in.cost_source = "calibrated";
+  in.cost_a = 1.2345678901234567e-7;
+  in.cost_b = 3.0000000000000004e-11;
+  in.cost_c = 0.1 + 0.2;
+  const std::string path = io::save_checkpoint(cc, w.g, w.st->tensors(), sample_state(7), in);
+  const auto info = io::read_checkpoint_info(path);
+  EXPECT_EQ(info.cost_source, "calibrated");
+  EXPECT_EQ(info.cost_a, in.cost_a);
+  EXPECT_EQ(info.cost_b, in.cost_b);
+  EXPECT_EQ(info.cost_c, in.cost_c);
+  OneRank r(model_config(), kSeed + 1, false);
+  const auto loaded = io::load_checkpoint(path, r.g, r.st->tensors(), model_config(), kVocab);
+  EXPECT_EQ(loaded.info.cost_source, "calibrated");
+  EXPECT_EQ(loaded.info.cost_b, in.cost_b);
 }
 
 TEST(Checkpoint, SummaryNormsMatchAnIndependentComputation) {

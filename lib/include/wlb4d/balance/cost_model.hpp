@@ -34,6 +34,7 @@
 #include "wlb4d/core/config.hpp"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace wlb::balance {
@@ -79,10 +80,29 @@ struct CostModel {
   /// (tokens; docs/wlb-llm.md §2.1 "ATTN_LINEAR_BREAKPOINT"). Infinity if b = 0.
   double breakpoint() const;
 
-  /// The deck's coefficients balance.cost_a/b/c.
-  /// \throws core::ConfigError if balance.calibrate=true (the trainer must
-  /// then fit() timings) or if cost_a and cost_b are both 0.
+  /// The run's cost model when nothing is timed (the default; the same on
+  /// any machine, so a seeded run plans the same batches everywhere): the
+  /// deck's coefficients balance.cost_a/b/c when uses_deck_coefficients(),
+  /// else the FLOP-count profile from_model(cfg.model, parallel.tp,
+  /// gemm_flops_per_s(cfg), plan.attention_efficiency). With
+  /// balance.calibrate=true this is what the planner uses and what the
+  /// trainer falls back to when a calibration is degenerate.
+  /// \throws core::ConfigError as from_model.
   static CostModel from_config(const core::Config& cfg);
+
+  /// True when the deck gives the coefficients: balance.calibrate=false and
+  /// balance.cost_a or balance.cost_b > 0.
+  static bool uses_deck_coefficients(const core::BalanceConfig& bc);
+
+  /// GEMM rate of the FLOP profile (FLOP/s): plan.flops_per_s_bf16 under
+  /// train.precision=bf16 when set, else plan.flops_per_s.
+  static double gemm_flops_per_s(const core::Config& cfg);
+
+  /// Why a fitted (calibrated) model cannot be planned with, "" if it can:
+  /// a, b or c not finite, a <= 0 or b <= 0 (breakpoint 0 or infinite: the
+  /// timings did not separate the linear from the attention term, e.g.
+  /// under load), c < 0, or a breakpoint a/b that is not finite and positive.
+  std::string calibration_problem() const;
 
   /// FLOP-count profile (docs/wlb-llm.md §2.1 [derived] FLOP parity) for a
   /// Llama-style layer on a tp-way tensor-parallel device sustaining

@@ -91,7 +91,7 @@ struct BalanceConfig {
   std::int64_t max_tokens = 0;       ///< wlb: token cap per micro-batch (0: train.max_seq_len)
   int max_delay = 4;                 ///< wlb: steps a document may wait in an outlier queue
   std::string outlier_thresholds = "auto";  ///< wlb: token lengths, e.g. "2048 8192", or auto
-  bool calibrate = true;             ///< time this build's kernels at start-up for the cost model
+  bool calibrate = false;            ///< time this build's kernels at start-up for the cost model (opt-in; false: deck or FLOP-count model)
   double cost_a = 0;                 ///< seconds per token per layer (when calibrate=false)
   double cost_b = 0;                 ///< seconds per token^2 per layer (when calibrate=false)
   double cost_c = 0;                 ///< seconds per micro-batch per layer (constant)

@@ -32,6 +32,13 @@
 ///                                     figure: a nearly full disk without a
 ///                                     mount, or a roomy one so that a small
 ///                                     tmpfs fails inside the write.
+///   WLB4D_FAULT=calib_load:sample=K:percent=P
+///                                     start-up calibration (balance.calibrate)
+///                                     records sample K (0-based, in the order
+///                                     of train::calibrate_cost_model) as P %
+///                                     of its measured seconds: a background
+///                                     load that slowed (P > 100) one timed
+///                                     shape, made deterministic.
 ///
 /// Fault points P: "step" (default; start of Trainer::step), "forward" and
 /// "backward" (the first forward / backward action of the step in the
@@ -52,7 +59,7 @@ namespace wlb::core {
 
 /// One parsed WLB4D_FAULT value (kind empty: no fault).
 struct FaultSpec {
-  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free
+  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free, calib_load
   std::string phase = "step";    ///< step, forward, backward, ckpt_load, ckpt_save (stall/crash/delay)
   int rank = -1;                 ///< world rank (stall, crash, ckpt_write)
   std::int64_t step = -1;        ///< 0-based step (stall, crash)
@@ -60,6 +67,8 @@ struct FaultSpec {
   long long free_bytes = -1;     ///< ckpt_free
   int signal = 9;                ///< crash: SIGKILL, SIGABRT or SIGSEGV; stall: SIGSTOP or 9 (sleep)
   long long seconds = -1;        ///< delay
+  long long sample = -1;         ///< calib_load: calibration sample index
+  long long percent = -1;        ///< calib_load: the sample's recorded share of its measured seconds (%)
 };
 
 /// Parses a WLB4D_FAULT value; "" gives an inactive spec.
@@ -90,5 +99,10 @@ bool fault_write_fails(int world_rank, std::uint64_t bytes_after);
 /// The free bytes that WLB4D_FAULT=ckpt_free:bytes=N asks checkpoint.dir's
 /// checks to see; -1 when not set (use statvfs).
 long long fault_free_bytes();
+
+/// Factor on the measured seconds of calibration sample `sample` that
+/// WLB4D_FAULT=calib_load:sample=K:percent=P asks for: P/100 for sample K,
+/// 1 otherwise (and when not set).
+double fault_calibration_scale(long long sample);
 
 }  // namespace wlb::core

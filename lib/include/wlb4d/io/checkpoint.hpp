@@ -64,7 +64,9 @@
 ///     (string: every parameter name, one per line, in the model's fixed
 ///     registry order), train_precision (string fp32|bf16: the writing
 ///     run's train.precision; absent in older files; the stored tensors are
-///     fp32 master weights and fp32 state either way).
+///     fp32 master weights and fp32 state either way), cost_source (string)
+///     and cost_a, cost_b, cost_c (float64): the balancing cost model the
+///     writing run planned with (CheckpointInfo; absent in older files).
 ///
 /// ## Shapes before reads
 /// Every reader (load, verify, inspect) first checks the model record (the
@@ -177,6 +179,15 @@ struct CheckpointInfo {
   /// informational: the tensors are fp32 master weights and fp32 AdamW state
   /// in both, so either precision resumes the other. Read: "" if absent (older files).
   std::string precision = "fp32";
+  /// The balancing cost model the writing run planned with (root attributes
+  /// cost_source, cost_a [s/token], cost_b [s/token²], cost_c [s] per layer;
+  /// balance::CostModel): source "flops", "deck", "calibrated" (timed at the
+  /// run's first start) or "flops-fallback" (calibration degenerate). A resume
+  /// with balance.calibrate=true reuses calibrated constants instead of timing
+  /// again, so it plans as the uninterrupted run. Save: written when source is
+  /// not empty. Read: "" when absent (older files).
+  std::string cost_source;
+  double cost_a = 0, cost_b = 0, cost_c = 0;
   // Filled by save/read; ignored on input to save_checkpoint():
   int layout[4] = {1, 1, 1, 1};  ///< writer's dp, pp, cp, tp
   std::string program_version;   ///< core::kVersion of the writer

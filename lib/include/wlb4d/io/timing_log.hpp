@@ -142,7 +142,10 @@ struct RestartRecord {
   /// Balancing cost model this start planned with (balance::CostModel,
   /// WLB-LLM Eq. 2 per layer): a [s/token], b [s/token²], c [s/micro-batch].
   double cost_a = 0, cost_b = 0, cost_c = 0;
-  std::int32_t cost_calibrated = 0;  ///< 1: measured at start-up; 0: from the deck
+  /// 1: calibrated (balance.calibrate: timed at start-up, or reused from the
+  /// checkpoint resumed from); 0: from the deck; 2: from FLOP counts (the
+  /// default, or a degenerate calibration's fallback).
+  std::int32_t cost_calibrated = 0;
 };
 
 /// Collective writer: every rank calls append(); rank 0 gathers and writes.

@@ -35,8 +35,9 @@
 /// setting always, are re-simulated over plan.steps steps and ranked by
 /// tokens per second (= by step time when the micro-batch count is fixed).
 ///
-/// With balance.calibrate = false the deck's measured cost_a and cost_b are
-/// for its own tp: a candidate's are scaled by deck tp / candidate tp.
+/// When the deck gives cost_a and cost_b (balance.calibrate = false), they
+/// are measured at its own tp: a candidate's are scaled by deck tp /
+/// candidate tp (the FLOP profile divides by the candidate's tp itself).
 ///
 /// MFU = model::model_flops of the simulated tokens / (step time · world ·
 /// peak), peak = log.peak_tflops when > 0, else plan.flops_per_s.

@@ -57,10 +57,11 @@ using balance::StepPlan;
 /// plan.flops_per_s_bf16 under bf16 (when set), else plan.flops_per_s.
 double plan_gemm_flops(const core::Config& cfg);
 
-/// The simulator's cost model: the deck's balance.cost_a/b/c when
-/// balance.calibrate=false, else CostModel::from_model(model, tp,
-/// plan_gemm_flops(cfg)) (an H100-like FLOP profile; attention at 60% of the GEMM
-/// rate, plan.attention_efficiency). \throws core::ConfigError.
+/// The simulator's cost model, CostModel::from_config(cfg) as the trainer's
+/// default: the deck's balance.cost_a/b/c when given (balance.calibrate=false),
+/// else CostModel::from_model(model, tp, plan_gemm_flops(cfg)) (an H100-like
+/// FLOP profile; attention at 60% of the GEMM rate, plan.attention_efficiency).
+/// \throws core::ConfigError.
 CostModel plan_cost_model(const core::Config& cfg);
 
 /// The action lists (one per pipeline rank) the planner simulates for m
