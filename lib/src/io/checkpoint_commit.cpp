@@ -129,7 +129,7 @@ Latest read_latest(const std::string& dir) {
   };
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) != 0) {
-    if (errno == ENOENT) {
+    if (errno == ENOENT || errno == ENOTDIR) {  // ENOTDIR: DIR is a file (wlb4d-ckpt FILE)
       out.problem = path + " is missing";
       return out;
     }
