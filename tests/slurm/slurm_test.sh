@@ -37,7 +37,8 @@ need_slurm() {
   fi
   command -v sbatch >/dev/null 2>&1 || skip "no sbatch (tests/slurm/start-slurm.sh installs and starts a one-node test Slurm)"
   if [ -z "${SLURM_CONF:-}" ] && [ ! -f /etc/slurm/slurm.conf ]; then
-    local c=${WLB4D_TEST_SLURM_DIR:-/tmp/wlb4d-slurm}/etc/slurm.conf
+    local c
+    c=$(. "$(dirname "${BASH_SOURCE[0]}")/slurm-dir.sh" && echo "$WLB4D_TEST_SLURM_DIR")/etc/slurm.conf  # this checkout's
     [ -f "$c" ] || skip "no slurm.conf (SLURM_CONF unset, no /etc/slurm/slurm.conf, no $c): run tests/slurm/start-slurm.sh"
     export SLURM_CONF=$c
   fi

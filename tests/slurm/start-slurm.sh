@@ -4,7 +4,7 @@
 # slurmctld and slurmd on localhost, configuration in a private directory.
 #
 #   tests/slurm/start-slurm.sh             # install if missing, configure, start, wait for idle
-#   export SLURM_CONF=/tmp/wlb4d-slurm/etc/slurm.conf     # (printed at the end)
+#   export SLURM_CONF=/tmp/wlb4d-slurm-<id>/etc/slurm.conf   # (printed at the end)
 #   sbatch -n 2 slurm/train-cpu.sbatch inputs/ci-slurm.ini
 #   tests/slurm/stop-slurm.sh              # tear down (keeps the directory; --purge removes it)
 #
@@ -14,13 +14,15 @@
 # Slurm do `tests/slurm/start-slurm.sh || echo "slurm tests will skip"`.
 #
 # Settings (environment):
-#   WLB4D_TEST_SLURM_DIR  private directory (default /tmp/wlb4d-slurm): etc/ spool/ log/ run/
+#   WLB4D_TEST_SLURM_DIR  private directory (default per checkout, tests/slurm/slurm-dir.sh:
+#                         /tmp/wlb4d-slurm-<hash of the checkout's path>): etc/ spool/ log/ run/,
+#                         and `owner` (this checkout, the daemons' pids) for stop-slurm.sh
 #   WLB4D_SLURM_CPUS   CPUs the node advertises (default 16 = the --ntasks-per-node of
 #                      slurm/train-cpu.sbatch). The machine may have fewer:
 #                      SlurmdParameters=config_overrides makes slurmd trust slurm.conf,
 #                      so 2..16-rank jobs run oversubscribed on 2 cores
 #                      (TaskPlugin=task/none: no binding to CPUs that do not exist).
-#   WLB4D_SLURM_PORT   slurmctld port (default 6817; slurmd uses PORT+1)
+#   WLB4D_SLURM_PORT   slurmctld port (default per checkout, 7000..8998; slurmd uses PORT+1)
 #
 # Choices (container/VM without systemd or a writable cgroup tree): no cgroups
 # (proctrack/linuxproc, task/none), no accounting database
@@ -30,9 +32,10 @@
 # $WLB4D_TEST_SLURM_DIR/log/jobcomp.txt (jobcomp/filetxt).
 set -euo pipefail
 
-DIR=${WLB4D_TEST_SLURM_DIR:-/tmp/wlb4d-slurm}
+. "$(dirname "${BASH_SOURCE[0]}")/slurm-dir.sh"
+DIR=$WLB4D_TEST_SLURM_DIR
 CPUS=${WLB4D_SLURM_CPUS:-16}
-PORT=${WLB4D_SLURM_PORT:-6817}
+PORT=$WLB4D_SLURM_PORT
 CONF=$DIR/etc/slurm.conf
 export SLURM_CONF=$CONF
 NODE=$(hostname -s)
@@ -70,7 +73,15 @@ wait_idle() {  # up to $1 seconds
   return 1
 }
 
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A pid file's process is alive and is a daemon of this folder's slurm.conf
+# (a reused pid, or another instance's daemon, is not ours).
+pid_alive() {
+  [ -s "$1" ] || return 1
+  local p; p=$(cat "$1")
+  kill -0 "$p" 2>/dev/null && tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "-f $CONF"
+}
+[ ! -f "$WLB4D_SLURM_OWNER" ] || grep -qxF "checkout=$WLB4D_CHECKOUT" "$WLB4D_SLURM_OWNER" ||
+  die "$DIR belongs to another checkout ($(grep '^checkout=' "$WLB4D_SLURM_OWNER")); set WLB4D_TEST_SLURM_DIR to a folder of your own"
 
 # ---- already running? ---------------------------------------------------------
 if [ -f "$CONF" ] && pid_alive "$DIR/run/slurmctld.pid" && pid_alive "$DIR/run/slurmd.pid" \
@@ -139,6 +150,7 @@ ConstrainDevices=no
 EOF
 
 # ---- munge --------------------------------------------------------------------
+started_munged=$(sed -n 's/^munged=//p' "$WLB4D_SLURM_OWNER" 2>/dev/null || true)
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   [ -s /etc/munge/munge.key ] || { /usr/sbin/mungekey --create >/dev/null 2>&1 || \
     dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 2>/dev/null; }
@@ -149,6 +161,7 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   for _ in $(seq 20); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.5; done
   munge -n | unmunge >/dev/null 2>&1 || die "munge does not round-trip a credential"
   say "munged started"
+  started_munged=1
 fi
 
 # ---- slurm daemons ------------------------------------------------------------
@@ -167,6 +180,14 @@ stop_pid "$DIR/run/slurmctld.pid"
 for _ in $(seq 30); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.5; done
 scontrol ping 2>/dev/null | grep -q UP || die "slurmctld does not answer (see $DIR/log/slurmctld.log)"
 /usr/sbin/slurmd -f "$CONF" || die "slurmd did not start (see $DIR/log/slurmd.log)"
+# The owner record: stop-slurm.sh stops these daemons only, and only from this checkout.
+cat >"$WLB4D_SLURM_OWNER" <<EOF
+checkout=$WLB4D_CHECKOUT
+conf=$CONF
+slurmctld=$(cat "$DIR/run/slurmctld.pid" 2>/dev/null)
+slurmd=$(cat "$DIR/run/slurmd.pid" 2>/dev/null)
+munged=${started_munged:-0}
+EOF
 
 if ! wait_idle 60; then
   sinfo -N -l >&2 || true

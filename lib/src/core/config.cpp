@@ -281,6 +281,10 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(std::string, checkpoint, resume, "auto|never|<checkpoint path>",
               [](const std::string& v) { return v.empty() ? std::string("must be auto, never or a path") : std::string(); }),
       WLB_KEY(bool, checkpoint, at_end, "write a checkpoint when the run ends", any<bool>()),
+      WLB_KEY(bool, checkpoint, overwrite,
+              "with resume=never: replace an earlier run's step files and latest in checkpoint.dir and its "
+              "log.timing_file/log.csv_file (false: refuse the run, naming them)",
+              any<bool>()),
       // [log]
       WLB_KEY(std::string, log, timing_file, "per-step per-rank timing table (HDF5 path; empty: off)",
               any<std::string>()),

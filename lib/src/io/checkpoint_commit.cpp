@@ -61,6 +61,11 @@ std::string space_note(const std::string& dir) {
 
 void check_dir_for_checkpoints(const std::string& dir, std::uint64_t bytes) {
   mkdirs(dir);
+  // A commit renames its list over DIR/latest, which a directory refuses:
+  // refused now, not after the first checkpoint's write.
+  if (is_dir(join_path(dir, "latest")))
+    throw CheckpointError("checkpoint.dir='" + dir + "': " + join_path(dir, "latest") +
+                          " is a directory, not the list of checkpoints (a regular file): remove or rename it");
   // Writable? Create and remove a probe file (access(W_OK) misses read-only mounts' EROFS on some systems).
   const std::string probe = join_path(dir, ".wlb4d-probe-" + std::to_string(::getpid()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
@@ -113,23 +118,109 @@ std::string join_path(const std::string& dir, const std::string& name) {
 }
 
 namespace {
-std::vector<std::string> read_latest_names(const std::string& dir) {
-  std::ifstream in(join_path(dir, "latest"));
-  std::vector<std::string> names;
-  std::string line;
-  while (std::getline(in, line)) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (line.empty()) continue;
-    // `latest` lists plain file names in DIR; anything else (an absolute path,
-    // ../, a sub-folder) could resume another run's file.
-    if (line.find('/') != std::string::npos || line == "." || line == "..")
-      throw CheckpointError(join_path(dir, "latest") + " names '" + line +
-                            "', which is not a file of checkpoint.dir (entries must be plain step_NNNNNN.h5 names)");
-    names.push_back(line);
-  }
-  return names;
+/// step of "step_NNNNNN.h5" (suffix ".h5" or ".h5.tmp" per `tmp`), -1 otherwise.
+std::int64_t parse_step_name(const std::string& name, bool tmp);
+
+/// `s` shortened to 60 characters, control bytes as '?': a garbage `latest`
+/// line quoted in a message must stay one readable line.
+std::string quoted(const std::string& s) {
+  std::string q;
+  for (const char c : s.substr(0, 60)) q += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  return "'" + q + (s.size() > 60 ? "...'" : "'");
 }
 
+std::string file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+}  // namespace
+
+Latest read_latest(const std::string& dir) {
+  Latest out;
+  const std::string path = join_path(dir, "latest");
+  const auto unusable = [&](const std::string& why) {
+    out.state = Latest::kUnusable;
+    out.problem = path + " " + why;
+    return out;
+  };
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {  // ENOTDIR: DIR is a file (wlb4d-ckpt FILE)
+      out.problem = path + " is missing";
+      return out;
+    }
+    return unusable("cannot be examined: " + std::string(std::strerror(errno)));
+  }
+  // O_NONBLOCK: a FIFO (or a symlink to one) must not block the open; the
+  // type and size are then checked on the opened file, so what is read is
+  // what was checked.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    const int e = errno;
+    if (S_ISLNK(lst.st_mode) && e == ENOENT) return unusable("is a symbolic link to a missing file");
+    return unusable("cannot be read: " + std::string(std::strerror(e)));
+  }
+  struct stat st {};
+  const int rc = ::fstat(fd, &st);
+  std::string text;
+  std::string why;
+  if (rc != 0) {
+    why = "cannot be examined: " + std::string(std::strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    out.directory = S_ISDIR(st.st_mode);
+    why = "is " + file_kind(st.st_mode) + (S_ISLNK(lst.st_mode) ? " (through a symbolic link)" : "") +
+          ", not the list of checkpoints (a regular file)";
+  } else if (st.st_size > kMaxLatestBytes) {
+    why = "is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(kMaxLatestBytes) +
+          " a list of checkpoint names can be";
+  } else {
+    // At most kMaxLatestBytes + 1 bytes, whatever the file has become since fstat.
+    text.resize(std::size_t(kMaxLatestBytes) + 1);
+    std::size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t n = ::read(fd, &text[got], text.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        why = "cannot be read: " + std::string(std::strerror(errno));
+        break;
+      }
+      if (n == 0) break;
+      got += std::size_t(n);
+    }
+    text.resize(got);
+    if (why.empty() && got > std::size_t(kMaxLatestBytes))
+      why = "grew past " + std::to_string(kMaxLatestBytes) + " bytes while being read";
+  }
+  ::close(fd);
+  if (!why.empty()) return unusable(why);
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty()) continue;
+    // `latest` lists plain step file names of DIR; anything else (an absolute
+    // path, ../, a sub-folder) could resume another run's file, and binary
+    // garbage is no list at all.
+    if (line.find('/') != std::string::npos || line == "." || line == "..")
+      return unusable("names " + quoted(line) +
+                      ", which is not a file of checkpoint.dir (entries must be plain step_NNNNNN.h5 names)");
+    if (parse_step_name(line, false) < 0)
+      return unusable("holds " + quoted(line) + ", not a step_NNNNNN.h5 name");
+    out.names.push_back(line);
+  }
+  if (out.names.empty()) return unusable("lists no checkpoint");
+  out.state = Latest::kOk;
+  return out;
+}
+
+namespace {
 /// step of "step_NNNNNN.h5" (suffix ".h5" or ".h5.tmp" per `tmp`), -1 otherwise.
 std::int64_t parse_step_name(const std::string& name, bool tmp) {
   const std::string pre = "step_", suf = tmp ? ".h5.tmp" : ".h5";
@@ -146,18 +237,59 @@ std::string base_name(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
+/// Names of the step files this process has committed (rank 0 commits): a
+/// step file found at a commit's target and not in here belongs to someone else.
+std::vector<std::string>& written_by_this_run() {
+  static std::vector<std::string> paths;
+  return paths;
+}
+
 }  // namespace
+
+std::vector<std::string> step_files(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      const std::int64_t s = parse_step_name(n, false);
+      if (s >= 0 && is_file(join_path(dir, n))) found.emplace_back(s, n);
+    }
+    ::closedir(d);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> names;
+  for (auto& f : found) names.push_back(std::move(f.second));
+  return names;
+}
 
 /// Rank 0's commit: rename tmp -> final, fsync, rewrite `latest`, retention.
 void commit(const std::string& dir, const std::string& tmp, const std::string& final_path, std::int64_t step,
             int keep) {
+  // A step file this run did not write (a newer checkpoint skipped as
+  // unusable at resume, or one of the run an older checkpoint was resumed
+  // from) is moved aside, not overwritten: it may be the only copy of that step.
+  auto& mine = written_by_this_run();
+  struct stat st {};
+  if (::lstat(final_path.c_str(), &st) == 0 && std::find(mine.begin(), mine.end(), final_path) == mine.end()) {
+    const std::string aside = final_path + ".replaced-" + std::to_string(std::time(nullptr));
+    if (std::rename(final_path.c_str(), aside.c_str()) != 0)
+      throw CheckpointError("cannot move " + final_path + " (not written by this run) aside to " + aside + ": " +
+                            std::strerror(errno));
+    spdlog::warn("checkpoint {} was not written by this run; it is kept as {} and this run's step {} takes its name",
+                 final_path, aside, step);
+  }
   if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
     throw CheckpointError("cannot rename " + tmp + " to " + final_path + ": " + std::strerror(errno));
+  mine.push_back(final_path);
   fsync_path(dir, true);
   const std::string me = base_name(final_path);
   std::vector<std::string> names{me};
-  for (const auto& n : read_latest_names(dir))
-    if (n != me && std::find(names.begin(), names.end(), n) == names.end() && is_file(join_path(dir, n)))
+  const Latest listed = read_latest(dir);
+  // An unusable `latest` (this run fell back past it) lists nothing: the
+  // older step files on disk are the retained ones, newest first.
+  for (const auto& n : listed.state == Latest::kOk ? listed.names : step_files(dir))
+    if (n != me && std::find(names.begin(), names.end(), n) == names.end() && is_file(join_path(dir, n)) &&
+        (listed.state == Latest::kOk || parse_step_name(n, false) < step))
       names.push_back(n);
   const std::size_t k = std::size_t(std::max(keep, 1));
   std::vector<std::string> drop;
@@ -166,6 +298,7 @@ void commit(const std::string& dir, const std::string& tmp, const std::string& f
     names.resize(k);
   }
   const std::string latest = join_path(dir, "latest"), latest_tmp = latest + ".tmp";
+  ::unlink(latest_tmp.c_str());  // a leftover (or a symlink) is replaced, never written through
   {
     std::ofstream out(latest_tmp, std::ios::trunc);
     for (const auto& n : names) out << n << '\n';
@@ -196,32 +329,58 @@ void commit(const std::string& dir, const std::string& tmp, const std::string& f
 }
 
 namespace {
-/// Rank 0's choice of resume candidates: 0 fresh start, 1 candidates in
-/// *text (auto, newest first, one per line), 2 one explicit file in *text,
-/// 3 error message in *text.
-std::int64_t resume_candidates(const std::string& dir, const std::string& mode, std::string* out) {
-  std::int64_t code = 0;
-  std::string& text = *out;
+/// Rank 0's choice of resume candidates.
+struct Candidates {
+  std::int64_t code = 0;    ///< 0 fresh start, 1 candidates (newest first), 2 one explicit file, 3 error
+  std::string text;         ///< 1: paths, one per line; 2: the file; 3: the message
+  std::int64_t listed = 0;  ///< 1: how many of the candidates come from `latest` (the rest are step files found in DIR)
+  std::string notice;       ///< 1: why `latest` was not used ("DIR/latest is missing", ...), "" when it was
+};
+
+Candidates resume_candidates(const std::string& dir, const std::string& mode) {
+  Candidates c;
   const bool is_auto = mode == "auto";
   const std::string d = is_auto ? dir : mode;
   if (!is_auto && is_file(mode)) {
-    code = 2;
-    text = mode;
-  } else if (!is_auto && !is_dir(mode)) {
-    code = 3;
-    text = "checkpoint.resume='" + mode + "': no such checkpoint file or directory";
-  } else if (!is_file(join_path(d, "latest"))) {
-    code = is_auto ? 0 : 3;
-    text = "checkpoint.resume='" + mode + "': directory has no 'latest' file (no complete checkpoint)";
-  } else {
-    code = 1;
-    for (const auto& p : list_checkpoints(d)) text += p + "\n";
-    if (text.empty()) {
-      code = 3;
-      text = "checkpoint directory " + d + ": 'latest' lists no checkpoint";
-    }
+    c.code = 2;
+    c.text = mode;
+    return c;
   }
-  return code;
+  if (!is_auto && !is_dir(mode)) {
+    c.code = 3;
+    c.text = "checkpoint.resume='" + mode + "': no such checkpoint file or directory";
+    return c;
+  }
+  if (!is_dir(d)) return c;  // auto, no checkpoint.dir yet: a fresh start
+  const Latest latest = read_latest(d);
+  const std::vector<std::string> found = step_files(d);
+  if (latest.state != Latest::kOk && !is_auto) {
+    c.code = 3;
+    c.text = "checkpoint.resume='" + mode + "': " +
+             (latest.state == Latest::kMissing ? "directory has no 'latest' file (no complete checkpoint)"
+                                               : latest.problem);
+    return c;
+  }
+  if (latest.state == Latest::kOk) {
+    for (const auto& n : latest.names) c.text += join_path(d, n) + "\n";
+    c.listed = std::int64_t(latest.names.size());
+  } else if (found.empty()) {
+    // Nothing to lose: no step file. An unusable `latest` is replaced at the
+    // first checkpoint (a directory is refused by check_dir_for_checkpoints).
+    if (latest.state == Latest::kUnusable)
+      spdlog::warn("checkpoint.resume=auto: {}; {} holds no step file: starting from step 0", latest.problem, d);
+    return c;
+  } else {
+    c.notice = latest.problem;
+  }
+  // Step files `latest` does not list, newest first, after the listed ones:
+  // a `latest` that is missing, unusable or names only damaged files does
+  // not make resume=auto start over the checkpoints that are there.
+  for (const auto& n : found)
+    if (latest.state != Latest::kOk || std::find(latest.names.begin(), latest.names.end(), n) == latest.names.end())
+      c.text += join_path(d, n) + "\n";
+  c.code = 1;
+  return c;
 }
 }  // namespace
 
@@ -236,8 +395,18 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step) {
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
+  const Latest latest = read_latest(dir);
+  if (latest.state == Latest::kUnusable) throw CheckpointError(latest.problem);
   std::vector<std::string> out;
-  for (const auto& n : ckpt::read_latest_names(dir)) out.push_back(join_path(dir, n));
+  for (const auto& n : latest.names) out.push_back(join_path(dir, n));
+  return out;
+}
+
+std::vector<std::string> earlier_checkpoint_files(const std::string& dir) {
+  std::vector<std::string> out;
+  struct stat st {};
+  if (::lstat(join_path(dir, "latest").c_str(), &st) == 0) out.push_back("latest");
+  for (auto& n : step_files(dir)) out.push_back(std::move(n));
   return out;
 }
 
@@ -290,27 +459,35 @@ std::optional<std::string> resolve_resume(const std::string& dir, const std::str
                                           const comm::Communicator& world, std::vector<std::string>* skipped,
                                           const std::function<std::string(const std::string&)>& usable) {
   if (mode == "never") return std::nullopt;
-  // Rank 0 decides the candidates: code 0 fresh start, 1 candidates (auto),
-  // 2 one explicit file, 3 error.
-  std::int64_t code = 0;
-  std::string text;
+  // Rank 0 decides the candidates and broadcasts them: every rank takes the
+  // same branch and hears the same error.
+  Candidates c;
   if (world.rank() == 0) {
     try {
-      code = resume_candidates(dir, mode, &text);
-    } catch (const CheckpointError& e) {  // e.g. a bad `latest`: every rank must hear it
-      code = 3;
-      text = e.what();
+      c = resume_candidates(dir, mode);
+    } catch (const CheckpointError& e) {
+      c.code = 3;
+      c.text = e.what();
     }
   }
-  world.broadcast(&code, 1, 0);
-  text = comm::bcast_string(world, text, 0);
+  std::int64_t head[2] = {c.code, c.listed};
+  world.broadcast(head, 2, 0);
+  const std::int64_t code = head[0], listed = head[1];
+  const std::string text = comm::bcast_string(world, c.text, 0);
+  const std::string notice = comm::bcast_string(world, c.notice, 0);
   if (code == 0) return std::nullopt;
   if (code == 3) throw CheckpointError(text);
   if (code == 2) {
     verify_checkpoint(text, world);
     return text;
   }
+  const std::string d = mode == "auto" ? dir : mode;
+  const std::string latest_path = join_path(d, "latest");
   const auto cands = split_lines(text);
+  const auto origin = [&](std::size_t i) {
+    return std::int64_t(i) < listed ? std::string()
+                                    : " (a step file of " + d + " that " + latest_path + " does not list)";
+  };
   std::vector<std::string> reasons;
   for (std::size_t i = 0; i < cands.size(); ++i) {
     try {
@@ -325,22 +502,31 @@ std::optional<std::string> resolve_resume(const std::string& dir, const std::str
         why = comm::agree(world, why);
         if (!why.empty()) throw CheckpointError(why);
       }
+      if (world.rank() == 0 && std::int64_t(i) >= listed)
+        spdlog::warn("checkpoint.resume={}: {}; resuming from {}, the newest step file of {} that verifies", mode,
+                     notice.empty() ? "no checkpoint listed in " + latest_path + " is usable" : notice, cands[i], d);
       return cands[i];
     } catch (const CheckpointError& e) {
       reasons.push_back(e.what());
       if (skipped) skipped->push_back(e.what());
       if (world.rank() == 0) {
         if (i + 1 < cands.size())
-          spdlog::warn("checkpoint {} is unusable ({}); falling back to the previous checkpoint {}", cands[i],
-                       e.what(), cands[i + 1]);
+          spdlog::warn("checkpoint {} is unusable ({}); falling back to the previous checkpoint {}{}", cands[i],
+                       e.what(), cands[i + 1], origin(i + 1));
         else
-          spdlog::warn("checkpoint {} is unusable ({}); no older checkpoint is listed", cands[i], e.what());
+          spdlog::warn("checkpoint {} is unusable ({}); no older checkpoint is {}", cands[i], e.what(),
+                       listed == std::int64_t(cands.size()) ? "listed" : "in " + d);
       }
     }
   }
-  std::string msg = "no usable checkpoint among the " + std::to_string(cands.size()) +
-                    " listed in " + join_path(mode == "auto" ? dir : mode, "latest") + ":";
+  // Never a fresh start over step files that are there: the user decides.
+  std::string msg = listed == std::int64_t(cands.size())
+                        ? "no usable checkpoint among the " + std::to_string(cands.size()) + " listed in " + latest_path
+                        : "no usable checkpoint among the " + std::to_string(cands.size()) + " step files of " + d +
+                              (notice.empty() ? "" : " (" + notice + ")");
+  msg += ":";
   for (const auto& r : reasons) msg += "\n  " + r;
+  msg += "\n(move them out of " + d + " to start from step 0 there, or give this run another checkpoint.dir)";
   throw CheckpointError(msg);
 }
 

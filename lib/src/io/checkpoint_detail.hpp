@@ -155,7 +155,24 @@ std::string join_path(const std::string& dir, const std::string& name);
 /// file system cannot reserve (EOPNOTSUPP: best effort); otherwise the
 /// message, naming the file, the size and the cause.
 std::string reserve_space(const std::string& path, std::uint64_t bytes);
+/// Largest `latest` read: a list of keep-many "step_NNNNNN.h5" lines is far
+/// smaller; anything bigger (or /dev/zero behind a symlink) is not read.
+inline constexpr long long kMaxLatestBytes = 64 * 1024;
+/// What DIR/latest holds, read bounded (a regular file of at most
+/// kMaxLatestBytes, opened without blocking, checked after opening).
+struct Latest {
+  enum State { kMissing, kOk, kUnusable } state = kMissing;
+  std::vector<std::string> names;  ///< kOk: the listed step file names, newest first
+  std::string problem;             ///< kMissing, kUnusable: "DIR/latest <why>"
+  bool directory = false;          ///< kUnusable: it is a directory (a commit cannot replace it)
+};
+/// Never throws for a bad `latest`; a bad entry makes the whole list kUnusable.
+Latest read_latest(const std::string& dir);
+/// The step_NNNNNN.h5 names found in DIR (.tmp leftovers excluded), newest step first.
+std::vector<std::string> step_files(const std::string& dir);
 /// Rank 0's commit: rename tmp -> final, fsync, rewrite `latest`, retention.
+/// A step file already at final_path that this process did not write is kept
+/// as final_path + ".replaced-<unix time>" (with a warning), never overwritten.
 void commit(const std::string& dir, const std::string& tmp, const std::string& final_path, std::int64_t step,
             int keep);
 

@@ -33,7 +33,11 @@
 #include <optional>
 #include <tuple>
 #include <utility>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 namespace wlb::train {
 
@@ -186,7 +190,54 @@ struct Trainer::Impl {
       dir_lock.acquire(ck.dir, g.world());
       io::check_checkpoint_dir(ck.dir, g.world(), io::checkpoint_bytes_estimate(ckpt->tensors()));
     }
+    guard_earlier_outputs(ck.every > 0 || ck.every_minutes > 0 || ck.at_end);
     last_ckpt_time = core::wall_seconds();
+  }
+
+  /// checkpoint.resume=never starts at step 0, so an earlier run's
+  /// checkpoints in checkpoint.dir (when this run writes checkpoints; the
+  /// directory is locked by now) and its timing log would be replaced:
+  /// refused, naming them, unless checkpoint.overwrite=true, which removes
+  /// them first. Collective.
+  /// \throws core::ConfigError on every rank.
+  void guard_earlier_outputs(bool writes_checkpoints) {
+    const auto& ck = cfg.checkpoint;
+    if (ck.resume != "never") return;
+    std::string err;
+    if (grid.rank() == 0) {
+      std::vector<std::string> found;
+      if (writes_checkpoints)
+        for (const auto& n : io::earlier_checkpoint_files(ck.dir))
+          found.push_back((ck.dir.empty() || ck.dir.back() == '/' ? ck.dir : ck.dir + "/") + n);
+      const std::size_t n_ckpt = found.size();
+      for (const auto* f : {&cfg.log.timing_file, &cfg.log.csv_file}) {
+        struct stat st {};
+        if (!f->empty() && ::stat(f->c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+          found.push_back(*f);
+      }
+      std::string names;
+      for (std::size_t i = 0; i < found.size() && i < 8; ++i) names += (i ? ", " : "") + found[i];
+      if (found.size() > 8) names += " and " + std::to_string(found.size() - 8) + " more";
+      const std::string what =
+          (n_ckpt ? "checkpoint.dir='" + ck.dir + "' holds an earlier run's checkpoints" : std::string()) +
+          (n_ckpt && found.size() > n_ckpt ? " and " : "") +
+          (found.size() > n_ckpt ? std::string("an earlier run's timing log is there") : std::string());
+      if (!found.empty() && !ck.overwrite) {
+        err = "checkpoint.resume=never starts this run at step 0, but " + what + " (" + names +
+              "): this run would replace them. Set checkpoint.overwrite=true to replace them, "
+              "checkpoint.resume=auto to continue that run, or give this run a fresh checkpoint.dir "
+              "(and log.timing_file / log.csv_file)";
+      } else if (!found.empty()) {
+        spdlog::warn("checkpoint.overwrite=true: {}; removing {} before this run starts at step 0", what, names);
+        for (const auto& p : found)
+          if (std::remove(p.c_str()) != 0 && errno != ENOENT) {
+            err = "checkpoint.overwrite=true: cannot remove " + p + ": " + std::strerror(errno);
+            break;
+          }
+      }
+    }
+    err = comm::agree(grid.world(), err);
+    if (!err.empty()) throw core::ConfigError(err);
   }
 
   /// The memory model's prediction for this rank, printed by rank 0, and the

@@ -365,23 +365,72 @@ TEST(Checkpoint, AutoFallsBackWhenTheNewestWasWrittenForAnotherModel) {
   EXPECT_TRUE(contains(load_error(p20), "another model")) << load_error(p20);
 }
 
-// Issue [N]: `latest` may only name files of checkpoint.dir itself.
-TEST(Checkpoint, LatestNamingAFileOutsideTheDirectoryIsRefused) {
+// Issue [N]: `latest` may only name files of checkpoint.dir itself. A
+// `latest` that names anything else, or is no list at all (a directory,
+// /dev/zero behind a symlink, binary garbage, missing), is never followed:
+// resume=auto takes the newest step file of the directory that verifies.
+TEST(Checkpoint, AnUnusableLatestFallsBackToTheStepFilesOfTheDirectory) {
   const auto self = comm::Communicator::self();
   const std::string dir = fresh_dir("latest_outside");
   const std::string other = fresh_dir("latest_outside_other");
   save(other, 10);
-  save(dir, 5);
-  for (const std::string bad : {"../latest_outside_other/step_000010.h5", "/etc/passwd"}) {
-    std::ofstream(dir + "/latest") << bad << "\n";
-    try {
-      io::resolve_resume(dir, "auto", self);
-      ADD_FAILURE() << "latest naming " << bad << " was followed";
-    } catch (const core::CheckpointError& e) {
-      EXPECT_TRUE(contains(e.what(), "not a file of checkpoint.dir")) << e.what();
-      EXPECT_TRUE(contains(e.what(), bad)) << e.what();
+  const std::string p4 = save(dir, 4), p5 = save(dir, 5);
+  const std::string latest = dir + "/latest";
+  const auto make_latest = [&](const std::string& kind) {
+    fs::remove_all(latest);
+    if (kind == "dir") fs::create_directory(latest);
+    else if (kind == "devzero") fs::create_symlink("/dev/zero", latest);
+    else if (kind == "garbage") std::ofstream(latest) << std::string("\x7f" "ELF\x01\x02\0\0zz", 10) << "\n";
+    else if (kind != "missing") std::ofstream(latest) << kind << "\n";
+  };
+  for (const std::string kind : {"../latest_outside_other/step_000010.h5", "/etc/passwd", "dir", "devzero",
+                                 "garbage", "missing", "step_000099.h5"}) {
+    make_latest(kind);
+    EXPECT_EQ(io::resolve_resume(dir, "auto", self).value(), p5) << kind;
+    if (kind != "missing" && kind != "step_000099.h5") {
+      try {  // wlb4d-ckpt's reading of a directory argument names the file
+        io::list_checkpoints(dir);
+        ADD_FAILURE() << "latest " << kind << " was listed";
+      } catch (const core::CheckpointError& e) {
+        EXPECT_TRUE(contains(e.what(), latest)) << e.what();
+      }
     }
   }
+  // A newer damaged step file is skipped; all of them damaged is an error, not a fresh start.
+  make_latest("devzero");
+  fs::resize_file(p5, 100);
+  EXPECT_EQ(io::resolve_resume(dir, "auto", self).value(), p4);
+  fs::resize_file(p4, 100);
+  try {
+    io::resolve_resume(dir, "auto", self);
+    ADD_FAILURE() << "no usable step file, but resolve_resume chose one or started fresh";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "no usable checkpoint among the 2 step files of " + dir)) << e.what();
+  }
+  // No step file at all: an unusable `latest` (not a directory) is a fresh start.
+  const std::string empty = fresh_dir("latest_only");
+  std::ofstream(empty + "/latest") << "garbage\n";
+  EXPECT_FALSE(io::resolve_resume(empty, "auto", self).has_value());
+}
+
+// A commit never overwrites a step file this process did not write: a resume
+// from step 4 past a damaged step 5 keeps the damaged file aside.
+TEST(Checkpoint, AStepFileNotWrittenByThisRunIsKeptAside) {
+  const std::string src = save(fresh_dir("aside_src"), 6);
+  const std::string dir = fresh_dir("aside");
+  save(dir, 5);
+  fs::copy_file(src, dir + "/step_000006.h5");  // not written by this process at this path
+  const std::string p6 = save(dir, 6);
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (contains(e.path().filename().string(), "step_000006.h5.replaced-")) kept.push_back(e.path().string());
+  EXPECT_EQ(kept.size(), 1u);
+  EXPECT_TRUE(fs::exists(p6));
+  save(dir, 6);  // this run's own step file: replaced, nothing more kept aside
+  kept.clear();
+  for (const auto& e : fs::directory_iterator(dir))
+    if (contains(e.path().filename().string(), ".replaced-")) kept.push_back(e.path().string());
+  EXPECT_EQ(kept.size(), 1u);
 }
 
 TEST(Checkpoint, KeepsTheNewestN) {

@@ -137,6 +137,10 @@ struct CheckpointConfig {
   int keep = 3;                ///< newest checkpoints kept
   std::string resume = "auto"; ///< auto | never | <path>
   bool at_end = true;          ///< write a checkpoint when the run ends
+  /// resume=never over an earlier run's outputs (step files or `latest` in
+  /// dir, a non-empty log.timing_file / log.csv_file): false refuses the run
+  /// before training; true removes them first (with a warning).
+  bool overwrite = false;
 };
 
 /// [log]

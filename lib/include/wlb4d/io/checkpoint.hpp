@@ -313,13 +313,22 @@ std::vector<TensorSummary> summarize_checkpoint(const std::string& path);
 TrainState read_train_state(const std::string& path);
 
 /// The checkpoint files listed in DIR/latest, newest first, as paths
-/// (DIR/name); empty if DIR/latest does not exist. Serial.
+/// (DIR/name); empty if DIR/latest does not exist. Serial. `latest` is read
+/// bounded: a regular file of at most 64 KiB of step_NNNNNN.h5 lines.
+/// \throws core::CheckpointError naming DIR/latest when it is anything else
+///         (a directory, a device such as /dev/zero, unreadable, too large,
+///         a line that is no step file name of DIR).
 std::vector<std::string> list_checkpoints(const std::string& dir);
+
+/// What an earlier run left in DIR that a fresh start would replace: "latest"
+/// (whatever it is) and the step_NNNNNN.h5 names, newest first. Serial.
+std::vector<std::string> earlier_checkpoint_files(const std::string& dir);
 
 /// Which checkpoint to resume from (checkpoint.resume). Collective over world.
 ///   "never"        -> nullopt.
-///   "auto"         -> nullopt when DIR/latest does not exist (fresh start);
-///                     otherwise the first checkpoint listed in `latest`
+///   "auto"         -> nullopt when DIR holds no step file and no usable
+///                     `latest` (fresh start; an unusable `latest` is named
+///                     in a warning); otherwise the first checkpoint listed in `latest`
 ///                     (newest first) that passes verify_checkpoint(path,
 ///                     world); every newer one that fails is reported (rank 0
 ///                     logs a warning "checkpoint A is unusable (...); falling
@@ -329,12 +338,18 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 ///                     (if given; called on every rank with the path)
 ///                     returns a reason — e.g. its model differs from the
 ///                     deck's — is skipped the same way.
+///                     After the listed ones, or instead of them when
+///                     `latest` is missing or unusable (list_checkpoints()),
+///                     the step files of DIR it does not list, newest first;
+///                     rank 0 warns naming `latest` and the file chosen.
+///                     Never a fresh start while DIR holds step files.
 ///   <file path>    -> that file after verification (no fallback).
 ///   <directory>    -> as "auto" in that directory, but a missing `latest` is an error.
 /// All ranks return the same answer (rank 0 reads `latest` and broadcasts).
 /// \throws core::CheckpointError when an explicitly named file/directory is
-///         missing or fails verification, or when `latest` exists but no
-///         listed checkpoint is usable (every reason named).
+///         missing or fails verification (or its `latest` is missing or
+///         unusable), or when DIR holds checkpoints but none is usable
+///         (every reason named).
 /// "" when the checkpoint at `path` was written for this model and
 /// (padded) vocabulary, else the reason naming both models; a differing
 /// model.rope_theta or model.norm_eps is named with both values (files
