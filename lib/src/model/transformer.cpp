@@ -578,7 +578,7 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
 template <class Scalar>
 View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb, const View2<Scalar>& grad_output,
                                             double grad_scale) {
-  // Fused: each GEMM's W right after its B, on the live operands, so no W
+  // Fused: each block's W right after its B, on the live operands, so no W
   // stash is needed (a recomputed layer's fields are overwritten by the next
   // layer's recompute before a stage-level W could read them).
   return backward_impl(slot, -1, mb, grad_output, grad_scale);
@@ -678,14 +678,15 @@ View1<Scalar> Transformer<Scalar>::norm_grad_out(BackwardPass& b, const View1<Sc
 }
 
 template <class Scalar>
-void Transformer<Scalar>::column_weight_grads(const BackwardPass& b, const Operand& x, ColumnGrads dys) {
+template <std::size_t N>
+void Transformer<Scalar>::column_weight_grads(const BackwardPass& b, const Operand& x, const ColumnGrad (&dys)[N]) {
   // Column-parallel backward: dX's TP sum (operator f, SP: reduce-scatter) in
   // flight during the dW GEMMs (Megatron's tp-comm-overlap); the same GEMMs
   // and the same sum as without the overlap, so bit-identical.
   std::optional<comm::Request> req;
   if (tpr_.parallel()) req = tpr_.start_enter_column_backward(b.dxn, b.T, b.dxn_local);
   const auto xg = tpr_.enter_column(widened(x), b.T, scratch(kGath));  // the forward's GEMM input
-  for (const auto& [dy, w] : dys) lin_bw(xg, dy, w);
+  for (const ColumnGrad& g : dys) lin_bw(xg, g.dy, g.w);
   if (req) tpr_.finish(*req);
 }
 
@@ -695,10 +696,12 @@ void Transformer<Scalar>::head_backward(BackwardPass& b, const MicroBatchInput& 
   const auto LOG = v2(top(b.slot, kLogits), T, vl_);
   cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(b.slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
   lin_bin(lm_head_, LOG, b.dxn);  // W: dW_head from LOG (kept in the slot)
-  if (b.fused)
-    column_weight_grads(b, operand(top(b.slot, kXnF), Ts, d_, bf16_), {{LOG, lm_head_}});
-  else
+  if (b.fused) {
+    const ColumnGrad head[] = {{LOG, lm_head_}};
+    column_weight_grads(b, operand(top(b.slot, kXnF), Ts, d_, bf16_), head);
+  } else {
     tpr_.enter_column_backward(b.dxn, T, b.dxn_local);  // vocab-parallel head: operator f (SP: ḡ)
+  }
   const auto& N = params_[final_norm_];
   rmsnorm_backward(v2(top(b.slot, kXout), Ts, d_), Ts, N.value, v1(top(b.slot, kRstdF), Ts), b.dxn_local, b.dres,
                    norm_grad_out(b, N.grad), false);
@@ -722,7 +725,8 @@ void Transformer<Scalar>::mlp_block_backward(BackwardPass& b, int l) {
   lin_bin(P.w_up, DU2, b.dxn, Scalar(1));
   if (b.fused) {  // every W on the live operands (DY is still whole: nothing wrote kFull since)
     lin_bw(widened(A2), DY, P.w_down);
-    column_weight_grads(b, XN2, {{DG2, P.w_gate}, {DU2, P.w_up}});
+    const ColumnGrad gate_up[] = {{DG2, P.w_gate}, {DU2, P.w_up}};
+    column_weight_grads(b, XN2, gate_up);
   } else {
     // Kept for W: dL/d(layer output) in the layer output's slot field (dead
     // once the layer above ran its B), dgate/dup in gate/up (dead after
@@ -765,7 +769,8 @@ void Transformer<Scalar>::attention_block_backward(BackwardPass& b, int l, const
   lin_bin(P.wv, DV, b.dxn, Scalar(1));
   if (b.fused) {  // as the MLP's: Wo's W on the live DY, then QKV's W with dX's sum in flight
     lin_bw(v2(O3.data(), T, qd), DY, P.wo);
-    column_weight_grads(b, XN1, {{DQ, P.wq}, {DK, P.wk}, {DV, P.wv}});
+    const ColumnGrad qkv[] = {{DQ, P.wq}, {DK, P.wk}, {DV, P.wv}};
+    column_weight_grads(b, XN1, qkv);
   } else {
     // Kept for W: dL/dH1 in h1 (dead now), dQ/dK/dV in q/k/v (dead after the
     // attention backward), the GEMM inputs o and xn1.

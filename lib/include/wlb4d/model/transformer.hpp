@@ -111,9 +111,10 @@
 /// parallelism the norm outputs and the residual-stream gradients are kept at
 /// Ts rows and all-gathered over TP again inside W. The GEMMs are those of
 /// linear_backward on the same operands, so B then W gives bit-identical
-/// gradients to the fused backward(), which runs each GEMM's W right after its
-/// B on the live operands and needs no W stash (weight_slots = 0: schedules
-/// that never delay W, so full recompute keeps its memory saving).
+/// gradients to the fused backward(), which runs each block's W right after
+/// that block's B (the dX GEMMs), on the live operands, and needs no W stash
+/// (weight_slots = 0: schedules that never delay W, so full recompute keeps
+/// its memory saving).
 ///
 /// TP overlap (Megatron-LM's --tp-comm-overlap in its simplest form): in the
 /// fused backward() the column-parallel GEMMs (QKV, gate/up, the
@@ -146,7 +147,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -444,14 +444,19 @@ class Transformer {
     View2<Scalar> dxn_local;  // dxn summed over TP: this rank's rows under SP, else dxn
     std::int64_t norm_k = 0;  // SP: next row of norm_grad_
   };
-  /// The (output gradient, weight index) pairs of column-parallel GEMMs sharing one input.
-  using ColumnGrads = std::initializer_list<std::pair<View2<Scalar>, std::size_t>>;
+  /// A column-parallel GEMM's output gradient and weight (parameter index).
+  struct ColumnGrad {
+    View2<Scalar> dy;
+    std::size_t w;
+  };
   BackwardPass begin_backward(int slot, int wslot, const MicroBatchInput& mb);
   void head_backward(BackwardPass& b, const MicroBatchInput& mb, double grad_scale);
   void mlp_block_backward(BackwardPass& b, int l);
   void attention_block_backward(BackwardPass& b, int l, const MicroBatchInput& mb);
-  /// Fused: the dW GEMMs of column-parallel weights on input x, with the TP sum of b.dxn in flight.
-  void column_weight_grads(const BackwardPass& b, const Operand& x, ColumnGrads dys);
+  /// Fused: the dW GEMMs of column-parallel weights on input x, with the TP
+  /// sum of b.dxn in flight. An array, not a braced list: see init_bf16_weights (nvcc).
+  template <std::size_t N>
+  void column_weight_grads(const BackwardPass& b, const Operand& x, const ColumnGrad (&dys)[N]);
   /// Where a norm's weight gradient goes: the parameter's, or (SP) the next partial row.
   View1<Scalar> norm_grad_out(BackwardPass& b, const View1<Scalar>& grad) const;
   /// Slot bookkeeping and (SP) the TP sum of the norm-weight gradients.
