@@ -124,6 +124,45 @@ std::vector<int> floats_per_peer(const std::vector<std::int64_t>& nq, const std:
   for (std::size_t p = 0; p < nq.size(); ++p) c[p] = to_count(nq[p] * per_q + nk[p] * per_k, what);
   return c;
 }
+/// K/V blocks per (home, dest): (span, keys) in first appearance order of
+/// the span, the longest key range of its moves, and each block's first key row.
+struct KvBlocks {
+  std::map<std::pair<int, int>, std::vector<std::pair<std::int32_t, std::int64_t>>> blocks;
+  std::map<std::pair<int, int>, std::vector<std::int64_t>> key_begin;
+};
+KvBlocks kv_blocks(const std::vector<CaMove>& moves, int R) {
+  KvBlocks k;
+  for (const CaMove& m : moves) {
+    if (m.home < 0 || m.home >= R || m.dest < 0 || m.dest >= R || m.home == m.dest || m.rows < 1 || m.prefix < 0)
+      throw std::invalid_argument("CoreAttentionExchange::prepare: move home " + std::to_string(m.home) + " dest " +
+                                  std::to_string(m.dest) + " rows " + std::to_string(m.rows) +
+                                  " is not a move inside a group of " + std::to_string(R) + " ranks");
+    auto& bl = k.blocks[{m.home, m.dest}];
+    auto& kb = k.key_begin[{m.home, m.dest}];
+    std::size_t b = 0;
+    while (b < bl.size() && bl[b].first != m.span) ++b;
+    if (b == bl.size()) {
+      bl.push_back({m.span, 0});
+      kb.push_back(m.key_begin);
+    }
+    bl[b].second = std::max(bl[b].second, m.key_rows());
+  }
+  return k;
+}
+
+/// Ping-pong (DistCA §3): the first half of the rows staying home runs while
+/// the blocks go out, the second while the results come back; returns the
+/// end of the first half (exported: 1 for a row computed elsewhere).
+std::int64_t ping_pong_split(const std::vector<std::int32_t>& exported, std::int64_t tokens) {
+  std::int64_t home_rows = 0;
+  for (auto e : exported) home_rows += e == 0;
+  for (std::int64_t i = 0, seen = 0; i < tokens; ++i) {
+    seen += exported[std::size_t(i)] == 0;
+    if (2 * seen >= home_rows) return std::max<std::int64_t>(1, i + 1);
+  }
+  return tokens;
+}
+
 /// Packs x's rows of each range (in order) at dst; returns the floats written.
 std::int64_t pack_rows(const std::vector<CaLayout::Rows>& ranges, const View3<float>& x, float* dst) {
   const std::int64_t w = std::int64_t(x.extent(1) * x.extent(2));
@@ -213,24 +252,8 @@ void CoreAttentionExchange::prepare(const std::vector<CaMove>& moves, std::int64
   L->in_q.assign(std::size_t(R), 0);
   L->in_k.assign(std::size_t(R), 0);
   L->in_off.assign(std::size_t(R) + 1, 0);
-  // K/V blocks per (home, dest), first appearance order of the span, longest range.
-  std::map<std::pair<int, int>, std::vector<std::pair<std::int32_t, std::int64_t>>> blocks;  // (span, keys)
-  std::map<std::pair<int, int>, std::vector<std::int64_t>> block_key_begin;
-  for (const CaMove& m : moves) {
-    if (m.home < 0 || m.home >= R || m.dest < 0 || m.dest >= R || m.home == m.dest || m.rows < 1 || m.prefix < 0)
-      throw std::invalid_argument("CoreAttentionExchange::prepare: move home " + std::to_string(m.home) + " dest " +
-                                  std::to_string(m.dest) + " rows " + std::to_string(m.rows) +
-                                  " is not a move inside a group of " + std::to_string(R) + " ranks");
-    auto& bl = blocks[{m.home, m.dest}];
-    auto& kb = block_key_begin[{m.home, m.dest}];
-    std::size_t b = 0;
-    while (b < bl.size() && bl[b].first != m.span) ++b;
-    if (b == bl.size()) {
-      bl.push_back({m.span, 0});
-      kb.push_back(m.key_begin);
-    }
-    bl[b].second = std::max(bl[b].second, m.key_rows());
-  }
+  const KvBlocks kvb = kv_blocks(moves, R);
+  const auto& blocks = kvb.blocks;
   std::vector<std::int32_t> lo, hi;
   std::vector<std::int32_t> exported(std::size_t(tokens), 0);
   for (int p = 0; p < R; ++p) {
@@ -238,7 +261,7 @@ void CoreAttentionExchange::prepare(const std::vector<CaMove>& moves, std::int64
     if (p != me) {
       const auto it = blocks.find({me, p});
       if (it != blocks.end()) {
-        const auto& kb = block_key_begin[{me, p}];
+        const auto& kb = kvb.key_begin.at({me, p});
         for (std::size_t b = 0; b < it->second.size(); ++b) {
           L->out_blocks[std::size_t(p)].push_back({kb[b], it->second[b].second});
           L->out_k[std::size_t(p)] += it->second[b].second;
@@ -281,18 +304,7 @@ void CoreAttentionExchange::prepare(const std::vector<CaMove>& moves, std::int64
     }
   }
   L->in_off[std::size_t(R)] = std::int64_t(lo.size());
-  // Ping-pong (DistCA §3): the first half of the rows staying home runs while
-  // the blocks go out, the second while the results come back.
-  std::int64_t home_rows = 0;
-  for (auto e : exported) home_rows += e == 0;
-  L->split = tokens;
-  for (std::int64_t i = 0, seen = 0; i < tokens; ++i) {
-    seen += exported[std::size_t(i)] == 0;
-    if (2 * seen >= home_rows) {
-      L->split = std::max<std::int64_t>(1, i + 1);
-      break;
-    }
-  }
+  L->split = ping_pong_split(exported, tokens);
   upload_ints(L->in_lo, lo, "ca_in_lo");
   upload_ints(L->in_hi, hi, "ca_in_hi");
   upload_ints(L->exported, exported, "ca_exported");
@@ -332,6 +344,66 @@ void finish(comm::Request& req, bool staged, const HostView1<float>& h, const Vi
 }
 }  // namespace
 
+std::pair<std::vector<int>, std::vector<int>> CoreAttentionExchange::size_exchange(const CaLayout& L,
+                                                                                   bool forward_dir,
+                                                                                   std::int64_t per_q,
+                                                                                   std::int64_t per_k) {
+  auto& B = *buf_;
+  // Out: this rank's moved rows go out, the imported ones come in; the return trip reverses both.
+  auto sc = forward_dir ? floats_per_peer(L.out_q, L.out_k, per_q, per_k, "a send")
+                        : floats_per_peer(L.in_q, L.in_k, per_q, per_k, "a return send");
+  auto rc = forward_dir ? floats_per_peer(L.in_q, L.in_k, per_q, per_k, "a receive")
+                        : floats_per_peer(L.out_q, L.out_k, per_q, per_k, "a return receive");
+  grow(forward_dir ? B.send : B.ret_send, total(sc), forward_dir ? "ca_send" : "ca_ret_send");
+  grow(forward_dir ? B.recv : B.ret_recv, total(rc), forward_dir ? "ca_recv" : "ca_ret_recv");
+  return {std::move(sc), std::move(rc)};
+}
+
+namespace {
+/// Forward step 4: O rows and LSE columns of this rank's exported rows from
+/// the return buffer ret (rrc: floats per source, [O][LSE] sections).
+void unpack_forward_results(const CaLayout& L, const std::vector<int>& rrc, float* ret_recv, const View3<float>& out,
+                            const View2<float>& lse) {
+  const std::int64_t wq = std::int64_t(out.extent(1) * out.extent(2));
+  std::int64_t off = 0;
+  for (int p = 0; p < L.ranks; ++p) {
+    const std::int64_t nq = L.out_q[std::size_t(p)];
+    float* ret = ret_recv + off;
+    std::int64_t col = 0;
+    for (const auto& m : L.out_moves[std::size_t(p)]) {
+      copy_rows_in(ret + col * wq, out, m.begin, m.rows);
+      copy_lse(lse, m.begin, m.rows, ret + nq * wq, nq, col, false);
+      col += m.rows;
+    }
+    off += rrc[std::size_t(p)];
+  }
+}
+
+/// Backward step 4: dQ rows written, dK/dV of the sent key rows added
+/// (destination order), from the return buffer ([dQ][dK][dV] sections).
+void unpack_backward_results(const CaLayout& L, const std::vector<int>& rrc, const float* ret_recv,
+                             const View3<float>& dq, const View3<float>& dk, const View3<float>& dv) {
+  const std::int64_t wq = std::int64_t(dq.extent(1) * dq.extent(2)), wk = std::int64_t(dk.extent(1) * dk.extent(2));
+  std::int64_t off = 0;
+  for (int p = 0; p < L.ranks; ++p) {
+    const std::int64_t nq = L.out_q[std::size_t(p)], nk = L.out_k[std::size_t(p)];
+    const float* ret = ret_recv + off;
+    std::int64_t o = 0;
+    for (const auto& m : L.out_moves[std::size_t(p)]) {
+      copy_rows_in(ret + o, dq, m.begin, m.rows);
+      o += m.rows * wq;
+    }
+    o = nq * wq;
+    for (const auto& b : L.out_blocks[std::size_t(p)]) {
+      add_rows(dk, b.begin, b.rows, ret + o);
+      add_rows(dv, b.begin, b.rows, ret + o + nk * wk);
+      o += b.rows * wk;
+    }
+    off += rrc[std::size_t(p)];
+  }
+}
+}  // namespace
+
 void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, const View3<float>& k,
                                     const View3<float>& v, const View1<const std::int32_t>& kv_lo,
                                     const View1<const std::int32_t>& kv_hi, float scale, const View3<float>& out,
@@ -346,10 +418,7 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
   const int R = L->ranks;
   const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;
   // 1. Pack Q rows and K/V blocks per destination: [Q][K][V].
-  const auto sc = floats_per_peer(L->out_q, L->out_k, wq, 2 * wk, "a send");
-  const auto rc = floats_per_peer(L->in_q, L->in_k, wq, 2 * wk, "a receive");
-  grow(B.send, total(sc), "ca_send");
-  grow(B.recv, total(rc), "ca_recv");
+  const auto [sc, rc] = size_exchange(*L, true, wq, 2 * wk);
   for (std::int64_t p = 0, off = 0; p < R; off += sc[std::size_t(p)], ++p) {
     float* base = B.send.data() + off;
     base += pack_rows(L->out_moves[std::size_t(p)], q, base);
@@ -368,10 +437,7 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
                            View1<const std::int32_t>(B.hi.data(), h), scale, rows_of(out, 0, h), lse_a);
   finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
   // 3. Imported blocks, one call per source, O and LSE written into the return buffer: [O][LSE].
-  const auto rsc = floats_per_peer(L->in_q, L->in_k, wq + hq_, 0, "a return send");
-  const auto rrc = floats_per_peer(L->out_q, L->out_k, wq + hq_, 0, "a return receive");
-  grow(B.ret_send, total(rsc), "ca_ret_send");
-  grow(B.ret_recv, total(rrc), "ca_ret_recv");
+  const auto [rsc, rrc] = size_exchange(*L, false, wq + hq_, 0);
   for_each_import(*L, rc, rsc, B.recv.data(), B.ret_send.data(),
                   [&](float* in, float* ret, std::int64_t nq, std::int64_t nk, const View1<const std::int32_t>& lo,
                       const View1<const std::int32_t>& hi) {
@@ -391,18 +457,7 @@ void CoreAttentionExchange::forward(int layer, int slot, const View3<float>& q, 
   lse_cols(lse, h, T, lse_b.data(), false);
   finish(B.req, B.staged, B.h_recv, B.ret_recv, B.pending_n, stats_.exposed_s);
   // 4. This rank's exported rows: O and LSE from their computing ranks.
-  std::int64_t off = 0;
-  for (int p = 0; p < R; ++p) {
-    const std::int64_t nq = L->out_q[std::size_t(p)];
-    float* ret = B.ret_recv.data() + off;
-    std::int64_t col = 0;
-    for (const auto& m : L->out_moves[std::size_t(p)]) {
-      copy_rows_in(ret + col * wq, out, m.begin, m.rows);
-      copy_lse(lse, m.begin, m.rows, ret + nq * wq, nq, col, false);
-      col += m.rows;
-    }
-    off += rrc[std::size_t(p)];
-  }
+  unpack_forward_results(*L, rrc, B.ret_recv.data(), out, lse);
 }
 
 void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q, const View3<float>& k,
@@ -420,10 +475,7 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
   const int R = L->ranks;
   const std::int64_t wq = hq_ * hd_, wk = hkv_ * hd_;
   // 1. Pack per destination: [Q][K][V][O][dO][LSE].
-  const auto sc = floats_per_peer(L->out_q, L->out_k, 3 * wq + hq_, 2 * wk, "a send");
-  const auto rc = floats_per_peer(L->in_q, L->in_k, 3 * wq + hq_, 2 * wk, "a receive");
-  grow(B.send, total(sc), "ca_send");
-  grow(B.recv, total(rc), "ca_recv");
+  const auto [sc, rc] = size_exchange(*L, true, 3 * wq + hq_, 2 * wk);
   for (std::int64_t p = 0, off = 0; p < R; off += sc[std::size_t(p)], ++p) {
     const auto& mv = L->out_moves[std::size_t(p)];
     float* base = B.send.data() + off;
@@ -452,10 +504,7 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
                             scale, rows_of(dq, 0, h), dk, dv);
   finish(B.req, B.staged, B.h_recv, B.recv, B.pending_n, stats_.exposed_s);
   // 3. Imported blocks: dQ, dK, dV into the return buffer: [dQ][dK][dV].
-  const auto rsc = floats_per_peer(L->in_q, L->in_k, wq, 2 * wk, "a return send");
-  const auto rrc = floats_per_peer(L->out_q, L->out_k, wq, 2 * wk, "a return receive");
-  grow(B.ret_send, total(rsc), "ca_ret_send");
-  grow(B.ret_recv, total(rrc), "ca_ret_recv");
+  const auto [rsc, rrc] = size_exchange(*L, false, wq, 2 * wk);
   for_each_import(*L, rc, rsc, B.recv.data(), B.ret_send.data(),
                   [&](float* in, float* ret, std::int64_t nq, std::int64_t nk, const View1<const std::int32_t>& lo,
                       const View1<const std::int32_t>& hi) {
@@ -484,23 +533,7 @@ void CoreAttentionExchange::backward(int layer, int slot, const View3<float>& q,
   }
   finish(B.req, B.staged, B.h_recv, B.ret_recv, B.pending_n, stats_.exposed_s);
   // 4. dQ rows written; dK/dV of the sent key rows added (destination order).
-  std::int64_t off = 0;
-  for (int p = 0; p < R; ++p) {
-    const std::int64_t nq = L->out_q[std::size_t(p)], nk = L->out_k[std::size_t(p)];
-    const float* ret = B.ret_recv.data() + off;
-    std::int64_t o = 0;
-    for (const auto& m : L->out_moves[std::size_t(p)]) {
-      copy_rows_in(ret + o, dq, m.begin, m.rows);
-      o += m.rows * wq;
-    }
-    o = nq * wq;
-    for (const auto& b : L->out_blocks[std::size_t(p)]) {
-      add_rows(dk, b.begin, b.rows, ret + o);
-      add_rows(dv, b.begin, b.rows, ret + o + nk * wk);
-      o += b.rows * wk;
-    }
-    off += rrc[std::size_t(p)];
-  }
+  unpack_backward_results(*L, rrc, B.ret_recv.data(), dq, dk, dv);
 }
 
 }  // namespace wlb::model

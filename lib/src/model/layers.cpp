@@ -332,21 +332,13 @@ void swiglu_backward(const View2<Scalar>& g, const View2<Scalar>& u, const View2
 
 // ---- cross-entropy -------------------------------------------------------------------------------
 
+// Kernels of cross_entropy_forward: free functions of a named namespace (nvcc:
+// an extended lambda needs an enclosing function with external linkage).
+namespace ce_impl {
+
+/// mx[t] = max over the real columns [0, vl) of row t (lowest if vl = 0).
 template <class Scalar>
-double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
-                             std::int64_t v0, const comm::Communicator& tp, const View1<Scalar>& lse,
-                             const View1<Scalar>& scratch, std::int64_t vl_real) {
-  // Only the real columns [0, vl) enter the softmax; padding beyond is masked.
-  const int vl = vl_real < 0 ? int(logits.extent(1)) : int(std::min<std::int64_t>(vl_real, logits.extent(1)));
-  const Scalar lowest = Kokkos::reduction_identity<Scalar>::max();  // a shard of padding only
-  require(std::int64_t(logits.extent(0)) >= T && std::int64_t(labels.extent(0)) >= T &&
-              std::int64_t(lse.extent(0)) >= T && std::int64_t(scratch.extent(0)) >= 3 * T,
-          "cross_entropy_forward", "logits/labels/lse/scratch extents do not fit T=" + std::to_string(T));
-  if (T == 0) return 0.0;
-  // scratch = [ max (T) | sumexp (T) | target logit (T) ]: sumexp and target
-  // are adjacent so one all-reduce carries both.
-  Scalar* base = scratch.data();
-  View1<Scalar> mx(base, T), se(base + T, T), z(base + 2 * T, T);
+void row_max(const View2<Scalar>& logits, std::int64_t T, int vl, Scalar lowest, const View1<Scalar>& mx) {
 #ifdef WLB4D_VEXP
   // Host: one row per work item; max and Σ exp in eight lanes (vexp.hpp).
   Kokkos::parallel_for(
@@ -378,10 +370,12 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
         Kokkos::single(Kokkos::PerTeam(m), [&]() { mx(t) = a; });
       });
 #endif
-  if (tp.size() > 1) {
-    Kokkos::fence();
-    tp.allreduce_device(mx.data(), std::size_t(T), comm::ReduceOp::Max);
-  }
+}
+
+/// se[t] = Σ_{v < vl} exp(logits(t, v) - mx[t]); z[t] = the label's logit if this shard holds it, else 0.
+template <class Scalar>
+void sumexp_and_target(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T, std::int64_t v0, int vl,
+                       const View1<Scalar>& mx, const View1<Scalar>& se, const View1<Scalar>& z) {
 #ifdef WLB4D_VEXP
   Kokkos::parallel_for(
       "wlb::model::ce_sumexp", Kokkos::RangePolicy<ExecSpace>(0, T), KOKKOS_LAMBDA(const std::int64_t t) {
@@ -420,6 +414,31 @@ double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, 
         });
       });
 #endif
+}
+
+}  // namespace ce_impl
+
+template <class Scalar>
+double cross_entropy_forward(const View2<Scalar>& logits, const IntVec& labels, std::int64_t T,
+                             std::int64_t v0, const comm::Communicator& tp, const View1<Scalar>& lse,
+                             const View1<Scalar>& scratch, std::int64_t vl_real) {
+  // Only the real columns [0, vl) enter the softmax; padding beyond is masked.
+  const int vl = vl_real < 0 ? int(logits.extent(1)) : int(std::min<std::int64_t>(vl_real, logits.extent(1)));
+  const Scalar lowest = Kokkos::reduction_identity<Scalar>::max();  // a shard of padding only
+  require(std::int64_t(logits.extent(0)) >= T && std::int64_t(labels.extent(0)) >= T &&
+              std::int64_t(lse.extent(0)) >= T && std::int64_t(scratch.extent(0)) >= 3 * T,
+          "cross_entropy_forward", "logits/labels/lse/scratch extents do not fit T=" + std::to_string(T));
+  if (T == 0) return 0.0;
+  // scratch = [ max (T) | sumexp (T) | target logit (T) ]: sumexp and target
+  // are adjacent so one all-reduce carries both.
+  Scalar* base = scratch.data();
+  View1<Scalar> mx(base, T), se(base + T, T), z(base + 2 * T, T);
+  ce_impl::row_max(logits, T, vl, lowest, mx);
+  if (tp.size() > 1) {
+    Kokkos::fence();
+    tp.allreduce_device(mx.data(), std::size_t(T), comm::ReduceOp::Max);
+  }
+  ce_impl::sumexp_and_target(logits, labels, T, v0, vl, mx, se, z);
   if (tp.size() > 1) {
     Kokkos::fence();
     tp.allreduce_device(se.data(), std::size_t(2 * T), comm::ReduceOp::Sum);

@@ -81,8 +81,29 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   vl_real_ = cfg.data_vocab > 0 ? std::clamp<std::int64_t>(cfg.data_vocab - v0_, 0, vl_) : vl_;
   const ModelShard& s = params_.shard();
   nlayers_ = s.layer_end - s.layer_begin;
+  tpr_ = TpRegion<Scalar>(tp, sequence_parallel, d_);
+  resolve_params();
 
+  const WorkspaceExtents ext = layout_workspaces();
+  if (ext.rec > 0) rec_ = View1<Scalar>("wlb::model::recompute", ext.rec);
+  ws_ = View1<Scalar>("wlb::model::activations", ext.slot * slots);
+  scr_ = View1<Scalar>("wlb::model::grad_scratch", ext.scratch);
+  // Norm-weight gradients of one backward under SP: partial over this rank's
+  // tokens, summed over TP in one all-reduce at the end of backward().
+  if (sp_) norm_grad_ = View1<Scalar>("wlb::model::sp_norm_grad", (2 * nlayers_ + (s.head ? 1 : 0)) * d_);
+  slot_tokens_.assign(slots, -1);
+  slot_b_done_.assign(std::size_t(slots), 0);
+  wslot_owner_.assign(std::size_t(weight_slots), -1);
+  if (ext.wstash > 0) wst_ = View1<Scalar>("wlb::model::weight_grad_stash", ext.wstash * weight_slots);
+  kvx_ = std::make_shared<KvExchange<Scalar>>();
+  core_ = std::make_shared<CoreAttention<Scalar>>();
+  if (bf16) init_bf16_weights();
+}
+
+template <class Scalar>
+void Transformer<Scalar>::resolve_params() {
   // Parameter indices, resolved once (forward/backward do no name look-ups).
+  const ModelShard& s = params_.shard();
   auto idx = [&](const std::string& n) { return std::size_t(params_.find(n) - &params_[0]); };
   if (s.embedding) embed_ = idx("embed.weight");
   for (int l = s.layer_begin; l < s.layer_end; ++l) {
@@ -95,7 +116,32 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     final_norm_ = idx("final_norm.weight");
     lm_head_ = idx("lm_head.weight");
   }
+}
 
+template <class Scalar>
+typename Transformer<Scalar>::WorkspaceExtents Transformer<Scalar>::layout_workspaces() {
+  WorkspaceExtents ext;
+  ext.rec = layout_fields();
+  ext.slot = slot_size_;
+  ext.scratch = layout_scratch() * cap_;
+  // W stashes (split backward): the fields W reads (GEMM inputs xn1, o, xn2,
+  // act; dY holders h1, q, k, v, gate, up) that a recomputed layer keeps only
+  // in the shared rec_ workspace, which the next layer or micro-batch
+  // overwrites before W runs. Nothing with model.recompute = none.
+  wst_off_.assign(std::size_t(nlayers_), std::vector<std::int64_t>(kNumFields, -1));
+  for (int l = 0; l < nlayers_; ++l)
+    for (Field f : {kXn1, kO, kXn2, kA, kH1, kQ, kK, kV, kG, kU})
+      if (field_off_[l][f] < 0) {
+        wst_off_[l][f] = wst_size_;
+        wst_size_ += field_scalars(f);
+      }
+  ext.wstash = wst_size_;
+  return ext;
+}
+
+template <class Scalar>
+std::int64_t Transformer<Scalar>::layout_fields() {
+  const ModelShard& s = params_.shard();
   // Saved activations of one layer, elements per token (order = Field).
   const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
   width_ = {d_, 1, d_, qd, kd, kd, qd, hq_, d_, 1, d_, f_, f_, f_};
@@ -103,7 +149,7 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   // (x_in, rstd1, xn1, h1, rstd2, xn2) hold this rank's ≤ ⌈C/tp⌉ tokens under
   // sequence parallelism (split_range gives the first ranks the extra token);
   // the head/FFN-sharded fields hold all C.
-  scap_ = sp_ ? (cap_ + p - 1) / p : cap_;
+  scap_ = sp_ ? (cap_ + tp_.size() - 1) / tp_.size() : cap_;
   rows_.assign(kNumFields, cap_);
   for (Field f : {kXin, kRstd1, kXn1, kH1, kRstd2, kXn2}) rows_[f] = scap_;
   // Recompute (DESIGN §10): a field a layer does not keep lives in one shared
@@ -112,7 +158,7 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   field_off_.assign(std::size_t(nlayers_), std::vector<std::int64_t>(kNumFields, -1));
   std::int64_t stored = 0;  // elements
   for (int l = 0; l < nlayers_; ++l) {
-    rc_.push_back(recompute_mode(cfg, l));
+    rc_.push_back(recompute_mode(cfg_, l));
     for (int f = 0; f < kNumFields; ++f)
       if (keeps(rc_.back(), Field(f))) {
         field_off_[l][f] = stored;
@@ -129,7 +175,6 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     rec_off_[f] = rec;
     if (needed) rec += field_scalars(Field(f));
   }
-  if (rec > 0) rec_ = View1<Scalar>("wlb::model::recompute", rec);
   // Stage top: output hidden (every stage), and final norm + logits (last);
   // the output hidden and the final norm are residual-region fields.
   const std::int64_t xnf = s.head ? (bf16_ ? (d_ * scap_ + 1) / 2 : d_ * scap_) : 0;  // bf16: 2-byte bits
@@ -142,11 +187,16 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     top += top_n[f];
   }
   slot_size_ = stored + top;
-  ws_ = View1<Scalar>("wlb::model::activations", slot_size_ * slots);
+  return rec;
+}
+
+template <class Scalar>
+std::int64_t Transformer<Scalar>::layout_scratch() {
   // Sequence parallelism adds two shared [C][d] buffers: the all-gathered
   // norm output (input of the column-parallel GEMMs) and the full-T output of
   // a row-parallel GEMM before its reduce-scatter (backward: the all-gathered
   // residual gradient, then the reduce-scattered norm-output gradient).
+  const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
   const std::int64_t sp_w = sp_ ? d_ : 0;
   const std::int64_t wide_w = bf16_ ? std::max(d_, f_) : 0;  // kWide: staging of the bf16-stored operands
   const std::vector<std::int64_t> scr_w = {d_, d_, qd, kd, kd, qd, f_, f_, f_, 3, sp_w, sp_w, wide_w};
@@ -156,49 +206,32 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
     scr_off_[f] = so;
     so += scr_w[f];
   }
-  scr_ = View1<Scalar>("wlb::model::grad_scratch", so * cap_);
-  // Norm-weight gradients of one backward under SP: partial over this rank's
-  // tokens, summed over TP in one all-reduce at the end of backward().
-  if (sp_) norm_grad_ = View1<Scalar>("wlb::model::sp_norm_grad", (2 * nlayers_ + (s.head ? 1 : 0)) * d_);
-  slot_tokens_.assign(slots, -1);
-  slot_b_done_.assign(std::size_t(slots), 0);
-  // W stashes (split backward): the fields W reads (GEMM inputs xn1, o, xn2,
-  // act; dY holders h1, q, k, v, gate, up) that a recomputed layer keeps only
-  // in the shared rec_ workspace, which the next layer or micro-batch
-  // overwrites before W runs. Nothing with model.recompute = none.
-  wst_off_.assign(std::size_t(nlayers_), std::vector<std::int64_t>(kNumFields, -1));
-  for (int l = 0; l < nlayers_; ++l)
-    for (Field f : {kXn1, kO, kXn2, kA, kH1, kQ, kK, kV, kG, kU})
-      if (field_off_[l][f] < 0) {
-        wst_off_[l][f] = wst_size_;
-        wst_size_ += field_scalars(f);
-      }
-  wslot_owner_.assign(std::size_t(weight_slots), -1);
-  if (wst_size_ > 0) wst_ = View1<Scalar>("wlb::model::weight_grad_stash", wst_size_ * weight_slots);
-  kvx_ = std::make_shared<KvExchange<Scalar>>();
-  core_ = std::make_shared<CoreAttention<Scalar>>();
-  if (bf16) {
-    bf16_w_.resize(params_.size());
-    std::vector<std::size_t> gemm_w;
-    for (const auto& L : lp_) {
-      // An array, not a braced list: nvcc 13's front end mistranslates a
-      // range-for over a braced list of members here (a template member).
-      const std::size_t layer_w[] = {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down};
-      for (std::size_t i : layer_w) gemm_w.push_back(i);
-    }
-    if (s.head) gemm_w.push_back(lm_head_);
-    std::int64_t out_max = 0, w_block = 0;
-    for (std::size_t i : gemm_w) {
-      const auto& P = params_[i];
-      bf16_w_[i] = Bf16Weight(P.local_shape[0], P.local_shape[1]);
-      out_max = std::max(out_max, P.local_shape[0]);
-      w_block = std::max(w_block, std::min(P.local_shape[0], kBf16Block) * P.local_shape[1]);
-    }
-    // Operand workspace (bf16_gemm.hpp): under SP the gathered T is C too.
-    const std::int64_t wmax = std::max({d_, qd, f_});
-    bf16_ws_ = Bf16Workspace(cap_ * std::max(wmax, std::min(out_max, kBf16Block)), cap_ * wmax, w_block,
-                             out_max > kBf16Block ? cap_ * kBf16Block : 0);
+  return so;
+}
+
+template <class Scalar>
+void Transformer<Scalar>::init_bf16_weights() {
+  const std::int64_t qd = hq_ * D_;
+  bf16_w_.resize(params_.size());
+  std::vector<std::size_t> gemm_w;
+  for (const auto& L : lp_) {
+    // An array, not a braced list: nvcc 13's front end mistranslates a
+    // range-for over a braced list of members here (a template member).
+    const std::size_t layer_w[] = {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down};
+    for (std::size_t i : layer_w) gemm_w.push_back(i);
   }
+  if (params_.shard().head) gemm_w.push_back(lm_head_);
+  std::int64_t out_max = 0, w_block = 0;
+  for (std::size_t i : gemm_w) {
+    const auto& P = params_[i];
+    bf16_w_[i] = Bf16Weight(P.local_shape[0], P.local_shape[1]);
+    out_max = std::max(out_max, P.local_shape[0]);
+    w_block = std::max(w_block, std::min(P.local_shape[0], kBf16Block) * P.local_shape[1]);
+  }
+  // Operand workspace (bf16_gemm.hpp): under SP the gathered T is C too.
+  const std::int64_t wmax = std::max({d_, qd, f_});
+  bf16_ws_ = Bf16Workspace(cap_ * std::max(wmax, std::min(out_max, kBf16Block)), cap_ * wmax, w_block,
+                           out_max > kBf16Block ? cap_ * kBf16Block : 0);
 }
 
 template <class Scalar>
@@ -336,16 +369,6 @@ Scalar* Transformer<Scalar>::scratch(Scratch f) const {
 }
 
 template <class Scalar>
-void Transformer<Scalar>::allreduce_tp(const View2<Scalar>& x) const {
-  if (tp_.size() > 1) {
-    Kokkos::fence();
-    const auto t0 = std::chrono::steady_clock::now();
-    tp_.allreduce_device(x.data(), x.span(), comm::ReduceOp::Sum);
-    tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-}
-
-template <class Scalar>
 void Transformer<Scalar>::notify_grads_ready(std::int64_t from) const {
   if (!grads_ready_) return;
   Kokkos::fence();  // the gradient kernels are done before a reduction reads them
@@ -353,70 +376,8 @@ void Transformer<Scalar>::notify_grads_ready(std::int64_t from) const {
 }
 
 template <class Scalar>
-comm::Request Transformer<Scalar>::start_reduce_tp(const View2<Scalar>& full, std::int64_t T,
-                                                  const View2<Scalar>& local) const {
-  Kokkos::fence();  // the dX GEMMs wrote `full`
-  if (sp_) sp_counts(T);
-  if constexpr (std::is_same_v<Scalar, float>) {
-    return sp_ ? tp_.ireduce_scatterv_device(full.data(), local.data(), sp_counts_)
-               : tp_.iallreduce_device(full.data(), full.span());
-  } else {  // fp64 (tests): MPI on the buffers directly
-    return sp_ ? tp_.ireduce_scatterv(full.data(), local.data(), sp_counts_) : tp_.iallreduce(full.data(), full.span());
-  }
-}
-
-template <class Scalar>
-void Transformer<Scalar>::finish_reduce_tp(comm::Request& r) const {
-  r.wait();
-  // Exposed: the wait; in flight: from the start to the observed completion.
-  tp_comm_seconds_ += r.waited();
-  tp_overlapped_seconds_ += std::max(0.0, r.completed() - r.started() - r.waited());
-}
-
-template <class Scalar>
 std::pair<std::int64_t, std::int64_t> Transformer<Scalar>::residual_rows(std::int64_t T) const {
-  return sp_ ? split_range(T, tp_.size(), tp_.rank()) : std::pair<std::int64_t, std::int64_t>(0, T);
-}
-
-template <class Scalar>
-void Transformer<Scalar>::sp_counts(std::int64_t T) const {
-  const int p = tp_.size();
-  sp_counts_.resize(std::size_t(p));
-  sp_displs_.resize(std::size_t(p));
-  for (int r = 0; r < p; ++r) {
-    const auto [o, n] = split_range(T, p, r);
-    sp_counts_[std::size_t(r)] = int(n * d_);
-    sp_displs_[std::size_t(r)] = int(o * d_);
-  }
-}
-
-template <class Scalar>
-View2<Scalar> Transformer<Scalar>::allgather_tp(const View2<Scalar>& local, std::int64_t T, Scratch dst) const {
-  const auto full = v2(scratch(dst), T, d_);
-  sp_counts(T);
-  Kokkos::fence();
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::size_t mine = std::size_t(sp_counts_[std::size_t(tp_.rank())]);
-  if constexpr (std::is_same_v<Scalar, float>) {
-    tp_.allgatherv_device(local.data(), mine, full.data(), sp_counts_, sp_displs_);
-  } else {  // fp64 (tests): MPI on the buffers directly
-    tp_.allgatherv(local.data(), mine, full.data(), sp_counts_, sp_displs_);
-  }
-  tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return full;
-}
-
-template <class Scalar>
-void Transformer<Scalar>::reduce_scatter_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const {
-  sp_counts(T);
-  Kokkos::fence();
-  const auto t0 = std::chrono::steady_clock::now();
-  if constexpr (std::is_same_v<Scalar, float>) {
-    tp_.reduce_scatterv_device(full.data(), local.data(), sp_counts_);
-  } else {
-    tp_.reduce_scatterv(full.data(), local.data(), sp_counts_);
-  }
-  tp_comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return tpr_.local_rows(T);
 }
 
 template <class Scalar>
@@ -484,7 +445,7 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
   const auto XN1f = staged(XN1);  // bf16: fp32 staging, rounded once into the saved bits
   rmsnorm_forward(X, Ts, params_[P.attn_norm].value, cfg_.norm_eps, XN1f, RSTD1);
   store(XN1, XN1f);
-  const auto XN1g = sp_ ? allgather_tp(XN1f, T, kGath) : XN1f;  // SP: operator g (all-gather)
+  const auto XN1g = tpr_.enter_column(XN1f, T, scratch(kGath));  // SP: all-gather (operator g)
   lin_fwd(XN1g, P.wq, v2(Q3.data(), T, qd));
   lin_fwd(XN1g, P.wk, v2(K3.data(), T, kd));
   lin_fwd(XN1g, P.wv, v2(V3.data(), T, kd));
@@ -493,14 +454,10 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
   const auto kv = kvx_->gather(params_.shard().layer_begin + l, slot, K3, V3);
   core_->forward(params_.shard().layer_begin + l, slot, Q3, kv.first, kv.second, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
                  Scalar(1.0 / std::sqrt(double(D_))), O3, LSE2);
-  if (sp_) {  // row-parallel output: operator ḡ (reduce-scatter to this rank's tokens)
-    const auto Y = v2(scratch(kFull), T, d_);
-    lin_fwd(v2(O3.data(), T, qd), P.wo, Y);
-    reduce_scatter_tp(Y, T, H1);
-  } else {
-    lin_fwd(v2(O3.data(), T, qd), P.wo, H1);
-    allreduce_tp(H1);  // row-parallel output: operator g
-  }
+  // Row-parallel output: all-reduce (operator g; SP: reduce-scatter to this rank's tokens, ḡ).
+  const auto Y = tpr_.row_partial(H1, T, scratch(kFull));
+  lin_fwd(v2(O3.data(), T, qd), P.wo, Y);
+  tpr_.leave_row(Y, T, H1);
   add_inplace(H1, X, Ts);
 }
 
@@ -513,7 +470,7 @@ void Transformer<Scalar>::mlp_block_forward(int slot, int l, const MicroBatchInp
   const auto XN2f = staged(XN2);
   rmsnorm_forward(H1, Ts, params_[P.mlp_norm].value, cfg_.norm_eps, XN2f, RSTD2);
   store(XN2, XN2f);
-  const auto XN2g = sp_ ? allgather_tp(XN2f, T, kGath) : XN2f;  // SP: operator g
+  const auto XN2g = tpr_.enter_column(XN2f, T, scratch(kGath));  // SP: operator g
   lin_fwd(XN2g, P.w_gate, G2);
   lin_fwd(XN2g, P.w_up, U2);
   const auto Af = staged(A2);  // bf16: the same staging buffer (XN2's GEMMs are done)
@@ -521,14 +478,9 @@ void Transformer<Scalar>::mlp_block_forward(int slot, int l, const MicroBatchInp
   store(A2, Af);
   if (!down) return;  // recompute: the backward needs no layer output
   const auto XNEXT = v2(l + 1 < nlayers_ ? field(slot, l + 1, kXin) : top(slot, kXout), Ts, d_);
-  if (sp_) {  // operator ḡ
-    const auto Y = v2(scratch(kFull), T, d_);
-    lin_fwd(Af, P.w_down, Y);
-    reduce_scatter_tp(Y, T, XNEXT);
-  } else {
-    lin_fwd(Af, P.w_down, XNEXT);
-    allreduce_tp(XNEXT);
-  }
+  const auto Y = tpr_.row_partial(XNEXT, T, scratch(kFull));  // row-parallel output, as wo's
+  lin_fwd(Af, P.w_down, Y);
+  tpr_.leave_row(Y, T, XNEXT);
   add_inplace(XNEXT, H1, Ts);
 }
 
@@ -587,14 +539,11 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
   if (s.embedding) {
     need(std::int64_t(mb.token_ids.extent(0)) >= T, "first stage needs token_ids");
     const auto& E = params_[embed_];
-    if (sp_) {  // vocab-parallel embedding: partial rows of all T tokens, reduce-scattered
-      const auto Y = v2(scratch(kFull), T, d_);
-      embedding_forward(mb.token_ids, T, v0_, E.value2(), Y);
-      reduce_scatter_tp(Y, T, x0);
-    } else {
-      embedding_forward(mb.token_ids, T, v0_, E.value2(), x0);
-      allreduce_tp(x0);
-    }
+    // Vocab-parallel embedding: partial rows of all T tokens, summed like a
+    // row-parallel output (SP: reduce-scattered to this rank's rows).
+    const auto Y = tpr_.row_partial(x0, T, scratch(kFull));
+    embedding_forward(mb.token_ids, T, v0_, E.value2(), Y);
+    tpr_.leave_row(Y, T, x0);
   } else {
     need(std::int64_t(input_hidden.extent(0)) >= Ts && std::int64_t(input_hidden.extent(1)) == d_,
          sp_ ? "non-first stage needs input_hidden [residual_rows(T)][d_model]"
@@ -616,7 +565,7 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
     const auto LOG = v2(top(slot, kLogits), T, vl_);
     rmsnorm_forward(XO, Ts, params_[final_norm_].value, cfg_.norm_eps, XNFf, v1(top(slot, kRstdF), Ts));
     store(XNF, XNFf);
-    lin_fwd(sp_ ? allgather_tp(XNFf, T, kGath) : XNFf, lm_head_, LOG);  // SP: operator g
+    lin_fwd(tpr_.enter_column(XNFf, T, scratch(kGath)), lm_head_, LOG);  // SP: operator g
     out.loss = cross_entropy_forward(LOG, mb.labels, T, v0_, tp_, v1(top(slot, kCeLse), T), v1(scratch(kCeScratch), 3 * T),
                                      vl_real_);
   } else {
@@ -629,7 +578,7 @@ StageOutput<Scalar> Transformer<Scalar>::forward(int slot, const MicroBatchInput
 template <class Scalar>
 View2<Scalar> Transformer<Scalar>::backward(int slot, const MicroBatchInput& mb, const View2<Scalar>& grad_output,
                                             double grad_scale) {
-  // Fused: each GEMM's W right after its B, on the live operands, so no W
+  // Fused: each block's W right after its B, on the live operands, so no W
   // stash is needed (a recomputed layer's fields are overwritten by the next
   // layer's recompute before a stage-level W could read them).
   return backward_impl(slot, -1, mb, grad_output, grad_scale);
@@ -663,186 +612,204 @@ template <class Scalar>
 View2<Scalar> Transformer<Scalar>::backward_impl(int slot, int wslot, const MicroBatchInput& mb,
                                                  const View2<Scalar>& grad_output, double grad_scale) {
   const ModelShard& s = params_.shard();
+  BackwardPass b = begin_backward(slot, wslot, mb);
+  if (s.head) {
+    head_backward(b, mb, grad_scale);
+  } else {
+    if (!(std::int64_t(grad_output.extent(0)) >= b.Ts && std::int64_t(grad_output.extent(1)) == d_))
+      throw std::invalid_argument(
+          std::string("wlb::model::Transformer::backward: non-last stage needs grad_output ") +
+          (sp_ ? "[residual_rows(T)][d_model]" : "[T][d_model]"));
+    Kokkos::deep_copy(b.dres, v2(grad_output.data(), b.Ts, d_));
+  }
+  for (int l = nlayers_ - 1; l >= 0; --l) {
+    recompute(slot, l, mb);
+    mlp_block_backward(b, l);
+    attention_block_backward(b, l, mb);
+  }
+  end_backward(b);
+  if (s.embedding) {
+    const auto& E = params_[embed_];
+    // Every token's embedding gradient (the vocab shard rows of all T tokens):
+    // the backward of the embedding's row-parallel exit (SP: all-gather).
+    embedding_backward(mb.token_ids, b.T, v0_, tpr_.leave_row_backward(b.dres, b.T, scratch(kFull)), E.grad2());
+    return {};
+  }
+  return b.dres;
+}
+
+template <class Scalar>
+typename Transformer<Scalar>::BackwardPass Transformer<Scalar>::begin_backward(int slot, int wslot,
+                                                                               const MicroBatchInput& mb) {
   check_slot("backward_input", slot);
-  const bool fused = wslot < 0;  // backward(): W inline, nothing kept
-  const std::int64_t T = slot_tokens_[slot];
+  BackwardPass b;
+  b.slot = slot;
+  b.wslot = wslot;
+  b.fused = wslot < 0;  // backward(): W inline, nothing kept
+  b.notify = b.fused && !sp_;
+  b.T = slot_tokens_[slot];
+  const std::int64_t T = b.T;
   if (T < 0)
     throw std::logic_error("wlb::model::Transformer::backward: slot " + std::to_string(slot) + " holds no forward");
   if (slot_b_done_[std::size_t(slot)])
     throw std::logic_error("wlb::model::Transformer::backward_input: slot " + std::to_string(slot) +
                            " already ran its B; its W is pending");
-  if (!fused && wslot_owner_[std::size_t(wslot)] >= 0)
+  if (!b.fused && wslot_owner_[std::size_t(wslot)] >= 0)
     throw std::logic_error("wlb::model::Transformer::backward_input: W stash " + std::to_string(wslot) +
                            " still holds the pending W of slot " + std::to_string(wslot_owner_[std::size_t(wslot)]));
   if (mb.tokens != T)
     throw std::invalid_argument("wlb::model::Transformer::backward: micro-batch has " + std::to_string(mb.tokens) +
                                 " tokens, the forward in slot " + std::to_string(slot) + " had " + std::to_string(T));
-  const Scalar scale = Scalar(1.0 / std::sqrt(double(D_)));
-  const auto kv_lo = ci(mb.kv_lo, T), kv_hi = ci(mb.kv_hi, T);
-  const std::int64_t qd = hq_ * D_, kd = hkv_ * D_;
-  const std::int64_t Ts = residual_rows(T).second;
-  const auto DRES = v2(scratch(kDres), Ts, d_);  // gradient of the residual stream (SP: this rank's rows)
-  const auto DXN = v2(scratch(kDxn), T, d_);     // gradient of a (gathered, under SP) norm output
-  // SP: this rank's rows of DXN after the reduce-scatter (operator ḡ of the
-  // forward's all-gather); otherwise DXN itself after its all-reduce.
-  const auto DXNL = sp_ ? v2(scratch(kFull), Ts, d_) : DXN;
-  const auto XO = v2(top(slot, kXout), Ts, d_);
-  // Input gradient of the column-parallel GEMMs reading a norm output: summed over TP.
-  auto reduce_dxn = [&] {
-    if (sp_) {
-      reduce_scatter_tp(DXN, T, DXNL);
-    } else {
-      allreduce_tp(DXN);  // operator f
-    }
-  };
-  // Norm-weight gradient buffer: the parameter's own (accumulating) or, under
-  // SP, the partial-sum buffer reduced over TP at the end.
-  std::int64_t norm_k = 0;
-  auto norm_dw = [&](const View1<Scalar>& grad) {
-    return sp_ ? View1<Scalar>(norm_grad_.data() + d_ * norm_k++, d_) : grad;
-  };
+  b.Ts = residual_rows(T).second;
+  b.dres = v2(scratch(kDres), b.Ts, d_);  // gradient of the residual stream (SP: this rank's rows)
+  b.dxn = v2(scratch(kDxn), T, d_);       // gradient of a (gathered, under SP) norm output
+  // SP: this rank's rows of dxn after the reduce-scatter (the backward of the
+  // forward's all-gather); otherwise dxn itself after its all-reduce.
+  b.dxn_local = sp_ ? v2(scratch(kFull), b.Ts, d_) : b.dxn;
   if (sp_) Kokkos::deep_copy(norm_grad_, Scalar(0));
+  return b;
+}
 
-  if (s.head) {
-    const auto LOG = v2(top(slot, kLogits), T, vl_);
-    cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
-    lin_bin(lm_head_, LOG, DXN);  // W: dW_head from LOG (kept in the slot)
-    if (fused && tp_.size() > 1) {
-      // TP overlap: dX's reduction (operator f, SP: ḡ) in flight during the dW GEMM.
-      auto req = start_reduce_tp(DXN, T, DXNL);
-      const auto XNF = widened(operand(top(slot, kXnF), Ts, d_, bf16_));
-      lin_bw(sp_ ? allgather_tp(XNF, T, kGath) : XNF, LOG, lm_head_);
-      finish_reduce_tp(req);
-    } else {
-      if (fused) lin_bw(widened(operand(top(slot, kXnF), Ts, d_, bf16_)), LOG, lm_head_);
-      reduce_dxn();  // vocab-parallel head: operator f (SP: ḡ)
-    }
-    const auto& N = params_[final_norm_];
-    rmsnorm_backward(XO, Ts, N.value, v1(top(slot, kRstdF), Ts), DXNL, DRES, norm_dw(N.grad), false);
-    if (fused && !sp_) notify_grads_ready(std::int64_t(N.offset));  // final norm and head done
+template <class Scalar>
+View1<Scalar> Transformer<Scalar>::norm_grad_out(BackwardPass& b, const View1<Scalar>& grad) const {
+  // The parameter's own (accumulating) gradient or, under SP, the
+  // partial-sum buffer reduced over TP at the end (end_backward).
+  return sp_ ? View1<Scalar>(norm_grad_.data() + d_ * b.norm_k++, d_) : grad;
+}
+
+template <class Scalar>
+template <std::size_t N>
+void Transformer<Scalar>::column_weight_grads(const BackwardPass& b, const Operand& x, const ColumnGrad (&dys)[N]) {
+  // Column-parallel backward: dX's TP sum (operator f, SP: reduce-scatter) in
+  // flight during the dW GEMMs (Megatron's tp-comm-overlap); the same GEMMs
+  // and the same sum as without the overlap, so bit-identical.
+  std::optional<comm::Request> req;
+  if (tpr_.parallel()) req = tpr_.start_enter_column_backward(b.dxn, b.T, b.dxn_local);
+  const auto xg = tpr_.enter_column(widened(x), b.T, scratch(kGath));  // the forward's GEMM input
+  for (const ColumnGrad& g : dys) lin_bw(xg, g.dy, g.w);
+  if (req) tpr_.finish(*req);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::head_backward(BackwardPass& b, const MicroBatchInput& mb, double grad_scale) {
+  const std::int64_t T = b.T, Ts = b.Ts;
+  const auto LOG = v2(top(b.slot, kLogits), T, vl_);
+  cross_entropy_backward(LOG, mb.labels, T, v0_, v1(top(b.slot, kCeLse), T), grad_scale, LOG, vl_real_);  // in place
+  lin_bin(lm_head_, LOG, b.dxn);  // W: dW_head from LOG (kept in the slot)
+  if (b.fused) {
+    const ColumnGrad head[] = {{LOG, lm_head_}};
+    column_weight_grads(b, operand(top(b.slot, kXnF), Ts, d_, bf16_), head);
   } else {
-    if (!(std::int64_t(grad_output.extent(0)) >= Ts && std::int64_t(grad_output.extent(1)) == d_))
-      throw std::invalid_argument(
-          std::string("wlb::model::Transformer::backward: non-last stage needs grad_output ") +
-          (sp_ ? "[residual_rows(T)][d_model]" : "[T][d_model]"));
-    Kokkos::deep_copy(DRES, v2(grad_output.data(), Ts, d_));
+    tpr_.enter_column_backward(b.dxn, T, b.dxn_local);  // vocab-parallel head: operator f (SP: ḡ)
   }
+  const auto& N = params_[final_norm_];
+  rmsnorm_backward(v2(top(b.slot, kXout), Ts, d_), Ts, N.value, v1(top(b.slot, kRstdF), Ts), b.dxn_local, b.dres,
+                   norm_grad_out(b, N.grad), false);
+  if (b.notify) notify_grads_ready(std::int64_t(N.offset));  // final norm and head done
+}
 
+template <class Scalar>
+void Transformer<Scalar>::mlp_block_backward(BackwardPass& b, int l) {
+  const std::int64_t T = b.T;
+  const LayerParams& P = lp_[std::size_t(l)];
+  const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(b.slot, l, T);
+  const auto DA2 = v2(scratch(kDa), T, f_);
+  const auto DG2 = v2(scratch(kDg), T, f_);
+  const auto DU2 = v2(scratch(kDu), T, f_);
+  // b.dres holds dL/d(layer output): the gradient of W_down's row-parallel
+  // exit (SP: all-gathered).
+  const auto DY = tpr_.leave_row_backward(b.dres, T, scratch(kFull));
+  lin_bin(P.w_down, DY, DA2);
+  swiglu_backward(G2, U2, DA2, T, DG2, DU2);
+  lin_bin(P.w_gate, DG2, b.dxn);
+  lin_bin(P.w_up, DU2, b.dxn, Scalar(1));
+  if (b.fused) {  // every W on the live operands (DY is still whole: nothing wrote kFull since)
+    lin_bw(widened(A2), DY, P.w_down);
+    const ColumnGrad gate_up[] = {{DG2, P.w_gate}, {DU2, P.w_up}};
+    column_weight_grads(b, XN2, gate_up);
+  } else {
+    // Kept for W: dL/d(layer output) in the layer output's slot field (dead
+    // once the layer above ran its B), dgate/dup in gate/up (dead after
+    // swiglu_backward), W's GEMM inputs (copied only if recompute keeps them in rec_).
+    auto wf = [&](Field f) { return wfield(b.slot, b.wslot, l, f); };
+    keep_for_w(dout_field(b.slot, l), b.dres);
+    keep_for_w(wf(kG), DG2);
+    keep_for_w(wf(kU), DU2);
+    keep_operand(wf(kXn2), XN2);
+    keep_operand(wf(kA), A2);
+    tpr_.enter_column_backward(b.dxn, T, b.dxn_local);  // column-parallel input: operator f (SP: ḡ)
+  }
+  const auto& N2 = params_[P.mlp_norm];
+  rmsnorm_backward(H1, b.Ts, N2.value, RSTD2, b.dxn_local, b.dres, norm_grad_out(b, N2.grad), true);
+}
+
+template <class Scalar>
+void Transformer<Scalar>::attention_block_backward(BackwardPass& b, int l, const MicroBatchInput& mb) {
+  const std::int64_t T = b.T, qd = hq_ * D_, kd = hkv_ * D_;
+  const LayerParams& P = lp_[std::size_t(l)];
+  const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(b.slot, l, T);
   const auto DQ3 = v3(scratch(kDq), T, hq_, D_);
   const auto DK3 = v3(scratch(kDk), T, hkv_, D_);
   const auto DV3 = v3(scratch(kDv), T, hkv_, D_);
   const auto DO3 = v3(scratch(kDo), T, hq_, D_);
-  const auto DA2 = v2(scratch(kDa), T, f_);
-  const auto DG2 = v2(scratch(kDg), T, f_);
-  const auto DU2 = v2(scratch(kDu), T, f_);
-  for (int l = nlayers_ - 1; l >= 0; --l) {
-    recompute(slot, l, mb);
-    const LayerParams& P = lp_[l];
-    const auto [X, RSTD1, XN1, Q3, K3, V3, O3, LSE2, H1, RSTD2, XN2, G2, U2, A2] = layer_views(slot, l, T);
-    auto wf = [&](Field f) { return wfield(slot, wslot, l, f); };
-
-    // MLP block: DRES holds dL/d(layer output), kept for W in the layer
-    // output's slot field (dead once the layer above ran its B). SP: the
-    // row-parallel GEMM's output gradient is the all-gathered DRES (conjugate of ḡ).
-    if (!fused) keep_for_w(dout_field(slot, l), DRES);
-    {
-      const auto DY = sp_ ? allgather_tp(DRES, T, kFull) : DRES;
-      lin_bin(P.w_down, DY, DA2);
-      if (fused) lin_bw(widened(A2), DY, P.w_down);
-    }
-    swiglu_backward(G2, U2, DA2, T, DG2, DU2);
-    if (!fused) keep_for_w(wf(kG), DG2);  // gate/up are dead after swiglu_backward
-    if (!fused) keep_for_w(wf(kU), DU2);
-    if (!fused) keep_operand(wf(kXn2), XN2);  // W's GEMM inputs (copied only if recompute keeps them in rec_)
-    if (!fused) keep_operand(wf(kA), A2);
-    lin_bin(P.w_gate, DG2, DXN);
-    lin_bin(P.w_up, DU2, DXN, Scalar(1));
-    if (fused) {
-      // Column-parallel backward: dX's reduction (operator f, SP: reduce-
-      // scatter) in flight during the dW GEMMs (Megatron's tp-comm-overlap).
-      std::optional<comm::Request> req;
-      if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
-      const auto XN2w = widened(XN2);
-      const auto XN2g = sp_ ? allgather_tp(XN2w, T, kGath) : XN2w;
-      lin_bw(XN2g, DG2, P.w_gate);
-      lin_bw(XN2g, DU2, P.w_up);
-      if (req) finish_reduce_tp(*req);
-    } else {
-      reduce_dxn();  // column-parallel input: operator f (SP: reduce-scatter)
-    }
-    const auto& N2 = params_[P.mlp_norm];
-    rmsnorm_backward(H1, Ts, N2.value, RSTD2, DXNL, DRES, norm_dw(N2.grad), true);
-
-    // Attention block: DRES holds dL/dH1, kept for W in h1 (dead now).
-    if (!fused) keep_for_w(wf(kH1), DRES);
-    if (!fused) keep_for_w(wf(kO), O3);
-    {
-      const auto DY = sp_ ? allgather_tp(DRES, T, kFull) : DRES;
-      lin_bin(P.wo, DY, v2(DO3.data(), T, qd));
-      if (fused) lin_bw(v2(O3.data(), T, qd), DY, P.wo);
-    }
-    const int layer = s.layer_begin + l;
-    const auto kv = kvx_->gather(layer, slot, K3, V3);
-    const auto dkv = kvx_->grad_buffers(layer, slot, DK3, DV3);
-    core_->backward(layer, slot, Q3, kv.first, kv.second, O3, DO3, LSE2, kv_lo, kv_hi, scale, DQ3, dkv.first,
-                    dkv.second);
-    kvx_->reduce_scatter(layer, slot, dkv.first, dkv.second, DK3, DV3);
-    rope_apply(DQ3, T, mb.positions, cfg_.rope_theta, true);
-    rope_apply(DK3, T, mb.positions, cfg_.rope_theta, true);
-    if (!fused) keep_for_w(wf(kQ), DQ3);  // q/k/v are dead after attention_backward
-    if (!fused) keep_for_w(wf(kK), DK3);
-    if (!fused) keep_for_w(wf(kV), DV3);
-    if (!fused) keep_operand(wf(kXn1), XN1);
-    lin_bin(P.wq, v2(DQ3.data(), T, qd), DXN);
-    lin_bin(P.wk, v2(DK3.data(), T, kd), DXN, Scalar(1));
-    lin_bin(P.wv, v2(DV3.data(), T, kd), DXN, Scalar(1));
-    if (fused) {  // as the MLP's: dX reduced while the QKV dW GEMMs run
-      std::optional<comm::Request> req;
-      if (tp_.size() > 1) req = start_reduce_tp(DXN, T, DXNL);
-      const auto XN1w = widened(XN1);
-      const auto XN1g = sp_ ? allgather_tp(XN1w, T, kGath) : XN1w;
-      lin_bw(XN1g, v2(DQ3.data(), T, qd), P.wq);
-      lin_bw(XN1g, v2(DK3.data(), T, kd), P.wk);
-      lin_bw(XN1g, v2(DV3.data(), T, kd), P.wv);
-      if (req) finish_reduce_tp(*req);
-    } else {
-      reduce_dxn();
-    }
-    const auto& N1 = params_[P.attn_norm];
-    rmsnorm_backward(X, Ts, N1.value, RSTD1, DXNL, DRES, norm_dw(N1.grad), true);
-    if (fused && !sp_) notify_grads_ready(std::int64_t(N1.offset));  // layer l done (attn_norm is its first tensor)
-  }
-  if (fused) {
-    slot_tokens_[slot] = -1;  // the slot is free again
+  const auto DQ = v2(DQ3.data(), T, qd), DK = v2(DK3.data(), T, kd), DV = v2(DV3.data(), T, kd);
+  // b.dres holds dL/dH1: the gradient of Wo's row-parallel exit (SP: all-gathered).
+  const auto DY = tpr_.leave_row_backward(b.dres, T, scratch(kFull));
+  lin_bin(P.wo, DY, v2(DO3.data(), T, qd));
+  const int layer = params_.shard().layer_begin + l;
+  const auto kv = kvx_->gather(layer, b.slot, K3, V3);
+  const auto dkv = kvx_->grad_buffers(layer, b.slot, DK3, DV3);
+  core_->backward(layer, b.slot, Q3, kv.first, kv.second, O3, DO3, LSE2, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
+                  Scalar(1.0 / std::sqrt(double(D_))), DQ3, dkv.first, dkv.second);
+  kvx_->reduce_scatter(layer, b.slot, dkv.first, dkv.second, DK3, DV3);
+  rope_apply(DQ3, T, mb.positions, cfg_.rope_theta, true);
+  rope_apply(DK3, T, mb.positions, cfg_.rope_theta, true);
+  lin_bin(P.wq, DQ, b.dxn);
+  lin_bin(P.wk, DK, b.dxn, Scalar(1));
+  lin_bin(P.wv, DV, b.dxn, Scalar(1));
+  if (b.fused) {  // as the MLP's: Wo's W on the live DY, then QKV's W with dX's sum in flight
+    lin_bw(v2(O3.data(), T, qd), DY, P.wo);
+    const ColumnGrad qkv[] = {{DQ, P.wq}, {DK, P.wk}, {DV, P.wv}};
+    column_weight_grads(b, XN1, qkv);
   } else {
-    slot_b_done_[std::size_t(slot)] = 1;
-    wslot_owner_[std::size_t(wslot)] = slot;
+    // Kept for W: dL/dH1 in h1 (dead now), dQ/dK/dV in q/k/v (dead after the
+    // attention backward), the GEMM inputs o and xn1.
+    auto wf = [&](Field f) { return wfield(b.slot, b.wslot, l, f); };
+    keep_for_w(wf(kH1), b.dres);
+    keep_for_w(wf(kO), O3);
+    keep_for_w(wf(kQ), DQ3);
+    keep_for_w(wf(kK), DK3);
+    keep_for_w(wf(kV), DV3);
+    keep_operand(wf(kXn1), XN1);
+    tpr_.enter_column_backward(b.dxn, T, b.dxn_local);
   }
+  const auto& N1 = params_[P.attn_norm];
+  rmsnorm_backward(X, b.Ts, N1.value, RSTD1, b.dxn_local, b.dres, norm_grad_out(b, N1.grad), true);
+  if (b.notify) notify_grads_ready(std::int64_t(N1.offset));  // layer l done (attn_norm is its first tensor)
+}
 
-  if (sp_) {
-    // Norm weights are TP-replicated but each rank saw only its tokens: sum
-    // the partial gradients over TP (one all-reduce for the whole stage), so
-    // every TP rank adds the same full gradient to its copy.
-    allreduce_tp(v2(norm_grad_.data(), norm_k, d_));
-    std::int64_t k = 0;
-    auto add_norm = [&](std::size_t idx) {
-      add_inplace(v2(params_[idx].grad.data(), 1, d_), v2(norm_grad_.data() + d_ * k++, 1, d_), 1);
-    };
-    if (s.head) add_norm(final_norm_);
-    for (int l = nlayers_ - 1; l >= 0; --l) {
-      add_norm(lp_[std::size_t(l)].mlp_norm);
-      add_norm(lp_[std::size_t(l)].attn_norm);
-    }
+template <class Scalar>
+void Transformer<Scalar>::end_backward(const BackwardPass& b) {
+  if (b.fused) {
+    slot_tokens_[b.slot] = -1;  // the slot is free again
+  } else {
+    slot_b_done_[std::size_t(b.slot)] = 1;
+    wslot_owner_[std::size_t(b.wslot)] = b.slot;
   }
-
-  if (s.embedding) {
-    const auto& E = params_[embed_];
-    // SP: every token's embedding gradient (the vocab shard rows of all T
-    // tokens): all-gather DRES, the conjugate of the forward's reduce-scatter.
-    embedding_backward(mb.token_ids, T, v0_, sp_ ? allgather_tp(DRES, T, kFull) : DRES, E.grad2());
-    return {};
+  if (!sp_) return;
+  // Norm weights are TP-replicated but each rank saw only its tokens: sum
+  // the partial gradients over TP (one all-reduce for the whole stage), so
+  // every TP rank adds the same full gradient to its copy.
+  tpr_.allreduce(v2(norm_grad_.data(), b.norm_k, d_));
+  std::int64_t k = 0;
+  auto add_norm = [&](std::size_t idx) {
+    add_inplace(v2(params_[idx].grad.data(), 1, d_), v2(norm_grad_.data() + d_ * k++, 1, d_), 1);
+  };
+  if (params_.shard().head) add_norm(final_norm_);
+  for (int l = nlayers_ - 1; l >= 0; --l) {
+    add_norm(lp_[std::size_t(l)].mlp_norm);
+    add_norm(lp_[std::size_t(l)].attn_norm);
   }
-  return DRES;
 }
 
 template <class Scalar>
@@ -858,12 +825,12 @@ void Transformer<Scalar>::backward_weight(int slot, int wslot) {
   // The GEMM inputs of the forward, all-gathered over TP again under SP.
   auto gathered = [&](Scalar* p, bool half) {
     const auto local = widened(operand(p, Ts, d_, half));
-    return sp_ ? allgather_tp(local, T, kGath) : local;
+    return tpr_.enter_column(local, T, scratch(kGath));
   };
   // Row-parallel output gradients kept at Ts rows: all-gathered under SP.
   auto gathered_dy = [&](Scalar* p) {
     const auto local = v2(p, Ts, d_);
-    return sp_ ? allgather_tp(local, T, kFull) : local;
+    return tpr_.leave_row_backward(local, T, scratch(kFull));
   };
   if (params_.shard().head) {
     lin_bw(gathered(top(slot, kXnF), bf16_), v2(top(slot, kLogits), T, vl_), lm_head_);

@@ -417,7 +417,7 @@ TEST(Attention, ShapeErrorsThrow) {
   EXPECT_NO_THROW(attention_forward(q, k, v, lo, hi, 0.25, out, lse));
 }
 
-// Tile shapes per execution space (attention.cpp, TileShape): on a GPU every
+// Tile shapes per execution space (attention/kokkos_tiled.cpp, TileShape): on a GPU every
 // fp32 kernel's team scratch for D <= 64 must fit the default 48 KiB per team
 // (on-chip level 0); on the host the 64 × 64 tiles may use any amount.
 TEST(Attention, TilesFitTheTeamScratchOfTheSpace) {

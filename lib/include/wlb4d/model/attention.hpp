@@ -47,6 +47,12 @@
 ///
 /// Precision: Scalar = float or double (explicitly instantiated). All
 /// arithmetic, including the softmax statistics, is in Scalar.
+///
+/// Backends: the functions below check shapes and run one of the kernels in
+/// lib/src/model/attention/ (one file per backend, one interface:
+/// attention/backend.hpp): the portable Kokkos team kernels (every execution
+/// space) or, on a host execution space, the BLAS-tile path (see
+/// attention_summary()).
 
 #include "wlb4d/core/types.hpp"
 
@@ -101,7 +107,7 @@ void attention_backward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar
                         View3<Scalar> dv);
 
 /// Tile shape and per-team scratch of the three attention kernels on
-/// ExecSpace for a head dim (attention.cpp, TileShape: 64 × 64 on the host,
+/// ExecSpace for a head dim (attention/kokkos_tiled.cpp, TileShape: 64 × 64 on the host,
 /// 32 queries × 16 keys on CUDA so that fp32 tiles of D <= 64 fit the 48 KiB
 /// a GPU team gets by default). A kernel whose bytes exceed level0_max_bytes
 /// uses level-1 (global-memory) scratch instead. Host function.

@@ -118,6 +118,11 @@ class CoreAttentionExchange final : public CoreAttention<float> {
  private:
   struct Buffers;
   void exchange(const std::vector<int>& send_counts, const std::vector<int>& recv_counts, bool forward_dir);
+  /// MPI counts (floats per peer: per_q a query row, per_k a key row) of the
+  /// send and receive side of one trip (forward_dir: out, else the return),
+  /// its two buffers grown to fit.
+  std::pair<std::vector<int>, std::vector<int>> size_exchange(const CaLayout& L, bool forward_dir, std::int64_t per_q,
+                                                              std::int64_t per_k);
   /// The bound layout when it moves anything, else nullptr (the local kernel
   /// runs). \throws std::logic_error when T is not the layout's row count.
   const CaLayout* moving_layout(std::int64_t T, const char* fn) const;

@@ -19,7 +19,8 @@
 /// is all-reduced in backward (operator f). Embedding and LM head split the
 /// vocabulary (vocab-parallel embedding + cross-entropy). Every collective is
 /// skipped when the TP communicator has size 1, so a one-rank model calls no
-/// MPI at all.
+/// MPI at all. Every such collective is a region edge of tp_region.hpp
+/// (enter_column / leave_row and their backward conjugates).
 ///
 /// Sequence parallelism (parallel.sequence_parallel; Korthikanti et al. 2022,
 /// "Reducing Activation Recomputation in Large Transformer Models", §4.2.2):
@@ -110,9 +111,10 @@
 /// parallelism the norm outputs and the residual-stream gradients are kept at
 /// Ts rows and all-gathered over TP again inside W. The GEMMs are those of
 /// linear_backward on the same operands, so B then W gives bit-identical
-/// gradients to the fused backward(), which runs each GEMM's W right after its
-/// B on the live operands and needs no W stash (weight_slots = 0: schedules
-/// that never delay W, so full recompute keeps its memory saving).
+/// gradients to the fused backward(), which runs each block's W right after
+/// that block's B (the dX GEMMs), on the live operands, and needs no W stash
+/// (weight_slots = 0: schedules that never delay W, so full recompute keeps
+/// its memory saving).
 ///
 /// TP overlap (Megatron-LM's --tp-comm-overlap in its simplest form): in the
 /// fused backward() the column-parallel GEMMs (QKV, gate/up, the
@@ -141,6 +143,7 @@
 #include "wlb4d/model/batch.hpp"
 #include "wlb4d/model/bf16_gemm.hpp"
 #include "wlb4d/model/params.hpp"
+#include "wlb4d/model/tp_region.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -349,12 +352,12 @@ class Transformer {
   /// Wall seconds spent in this stage's TP all-reduces (SP: all-gathers and
   /// reduce-scatters) since the last
   /// reset (the vocab-parallel cross-entropy's small reductions excluded).
-  double tp_comm_seconds() const { return tp_comm_seconds_; }
+  double tp_comm_seconds() const { return tpr_.comm_seconds(); }
   /// Of the TP reductions overlapped with dW GEMMs (the fused backward's
   /// column-parallel dX, see backward()), the seconds they were in flight
   /// beyond their wait (tp_comm_seconds counts only the wait: the exposed part).
-  double tp_overlapped_seconds() const { return tp_overlapped_seconds_; }
-  void reset_tp_comm_seconds() { tp_comm_seconds_ = tp_overlapped_seconds_ = 0; }
+  double tp_overlapped_seconds() const { return tpr_.overlapped_seconds(); }
+  void reset_tp_comm_seconds() { tpr_.reset_seconds(); }
 
   /// Rows [offset, offset+count) of a T-token micro-batch that this rank's
   /// residual stream holds: split_range(T, tp, tp_rank) under sequence
@@ -369,7 +372,9 @@ class Transformer {
   const ModelShard& stage() const { return params_.shard(); }
 
  private:
-  /// backward_input (wslot >= 0) or the fused backward (wslot = -1).
+  /// backward_input (wslot >= 0) or the fused backward (wslot = -1): the
+  /// head, then per layer (top down) mlp_block_backward and
+  /// attention_block_backward, then the embedding, mirroring forward().
   View2<Scalar> backward_impl(int slot, int wslot, const MicroBatchInput& mb, const View2<Scalar>& grad_output,
                               double grad_scale);
   // Field order of one layer's saved activations (see workspace layout in .cpp).
@@ -414,6 +419,48 @@ class Transformer {
   /// keep_for_w for an operand: copies op (its bits when half) to dst unless it is already there.
   void keep_operand(Scalar* dst, const Operand& op) const;
   LayerViews layer_views(int slot, int l, std::int64_t T) const;
+
+  /// Workspace extents in elements (layout_workspaces fills the offset tables).
+  struct WorkspaceExtents {
+    std::int64_t slot = 0;     // one slot: the layers' kept fields and the stage top
+    std::int64_t rec = 0;      // shared one-layer recompute workspace
+    std::int64_t scratch = 0;  // shared gradient scratch (every Scratch region, C rows)
+    std::int64_t wstash = 0;   // one W stash
+  };
+  void resolve_params();
+  WorkspaceExtents layout_workspaces();
+  std::int64_t layout_fields();   // width_, rows_, field_off_, rc_, rec_off_, top_off_, slot_size_; returns rec_'s size
+  std::int64_t layout_scratch();  // scr_off_; returns the scratch width (elements per token)
+  void init_bf16_weights();
+
+  /// One backward (fused, or the B of the split), shared by its pieces.
+  struct BackwardPass {
+    int slot = 0, wslot = -1;
+    bool fused = true;    // backward(): each block runs its W itself; else it keeps W's operands
+    bool notify = false;  // call the gradient-ready hook after the head and each layer
+    std::int64_t T = 0, Ts = 0;
+    View2<Scalar> dres;       // gradient of the residual stream [Ts][d]
+    View2<Scalar> dxn;        // gradient of a (gathered) norm output [T][d], partial over TP
+    View2<Scalar> dxn_local;  // dxn summed over TP: this rank's rows under SP, else dxn
+    std::int64_t norm_k = 0;  // SP: next row of norm_grad_
+  };
+  /// A column-parallel GEMM's output gradient and weight (parameter index).
+  struct ColumnGrad {
+    View2<Scalar> dy;
+    std::size_t w;
+  };
+  BackwardPass begin_backward(int slot, int wslot, const MicroBatchInput& mb);
+  void head_backward(BackwardPass& b, const MicroBatchInput& mb, double grad_scale);
+  void mlp_block_backward(BackwardPass& b, int l);
+  void attention_block_backward(BackwardPass& b, int l, const MicroBatchInput& mb);
+  /// Fused: the dW GEMMs of column-parallel weights on input x, with the TP
+  /// sum of b.dxn in flight. An array, not a braced list: see init_bf16_weights (nvcc).
+  template <std::size_t N>
+  void column_weight_grads(const BackwardPass& b, const Operand& x, const ColumnGrad (&dys)[N]);
+  /// Where a norm's weight gradient goes: the parameter's, or (SP) the next partial row.
+  View1<Scalar> norm_grad_out(BackwardPass& b, const View1<Scalar>& grad) const;
+  /// Slot bookkeeping and (SP) the TP sum of the norm-weight gradients.
+  void end_backward(const BackwardPass& b);
   static Recompute recompute_mode(const core::ModelConfig& cfg, int local_layer);
   static bool keeps(Recompute r, Field f);
   void attention_block_forward(int slot, int l, const MicroBatchInput& mb);
@@ -428,13 +475,6 @@ class Transformer {
   void check_slot(const char* fn, int slot) const;
   Scalar* top(int slot, Top f) const;
   Scalar* scratch(Scratch f) const;
-  void allreduce_tp(const View2<Scalar>& x) const;
-  /// SP: all-gathers this rank's rows `local` of a [T][d] tensor into
-  /// scratch `dst` (operator g) and returns the [T][d] view.
-  View2<Scalar> allgather_tp(const View2<Scalar>& local, std::int64_t T, Scratch dst) const;
-  /// SP: reduce-scatters the partial [T][d] `full` over TP into this rank's rows `local` (operator ḡ).
-  void reduce_scatter_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const;
-  void sp_counts(std::int64_t T) const;  // fills sp_counts_/sp_displs_ (elements) for T tokens
   // The GEMMs of the linear layers (parameter index w): layers.hpp's fp32
   // ones, or bf16_gemm.hpp's under bf16.
   void lin_fwd(const View2<Scalar>& x, std::size_t w, const View2<Scalar>& y, Scalar beta = Scalar(0));
@@ -445,6 +485,7 @@ class Transformer {
   core::ModelConfig cfg_;
   std::int64_t vocab_ = 0;
   comm::Communicator tp_;
+  TpRegion<Scalar> tpr_;  // the TP collectives at the column/row-parallel region edges
   ParamRegistry<Scalar> params_;
   std::int64_t cap_ = 0;
   bool sp_ = false;        // sequence parallelism (only when tp > 1)
@@ -474,14 +515,6 @@ class Transformer {
   std::shared_ptr<KvExchange<Scalar>> kvx_;
   std::shared_ptr<CoreAttention<Scalar>> core_;
   View1<Scalar> norm_grad_;               // SP: partial norm-weight gradients of one backward
-  mutable std::vector<int> sp_counts_, sp_displs_;
-  mutable double tp_comm_seconds_ = 0;
-  mutable double tp_overlapped_seconds_ = 0;
-  /// Starts the TP sum of a dX buffer `full` ([T][d]; SP: reduce-scatter into
-  /// `local`, this rank's rows), nonblocking, for the dW GEMMs to overlap it.
-  comm::Request start_reduce_tp(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const;
-  /// Waits for it and books its exposed and overlapped seconds.
-  void finish_reduce_tp(comm::Request& r) const;
   std::function<void(std::int64_t)> grads_ready_;
   /// Calls grads_ready_ (if set) after fencing the kernels that wrote the gradients.
   void notify_grads_ready(std::int64_t from) const;
