@@ -41,7 +41,9 @@ def losses(path):
 
 
 def start(args, name, overrides):
-    cmd = [args.wlb4d, args.deck] + args.extra + overrides + [
+    # This check's own CSV from an earlier ctest run in the same workdir is
+    # replaced (checkpoint.overwrite), not refused as another run's outputs.
+    cmd = [args.wlb4d, args.deck] + args.extra + overrides + ["--checkpoint.overwrite=true",
         f"--log.csv_file={name}.csv", "--log.timing_file=", f"--train.steps={args.steps}"]
     if args.ranks > 1:
         cmd = [args.mpiexec, "-n", str(args.ranks)] + cmd
