@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
                  grid.world_size(), p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding,
                  cfg.model.recompute, p.zero, p.sequence_parallel ? "on" : "off", ExecSpace::name(),
                  grid.dpcp().device_backend());
-    const auto blas = core::probe_blas();  // the GEMMs' kernel ([P]): a generic one costs 4-7x
+    const auto blas = core::probe_blas();  // the GEMMs' kernel: a generic one costs 4-7x
     spdlog::info("{}", blas.summary());
     spdlog::info("{}", model::attention_summary());
     if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);

@@ -46,7 +46,7 @@ double sum_of_squares(const Vec& grad) {
   const std::int64_t n = static_cast<std::int64_t>(grad.span());
   double s = 0;
   if constexpr (std::is_same_v<ExecSpace, Kokkos::DefaultHostExecutionSpace>) {
-    // Host ([P] item 3): one fp64 accumulator is a chain of dependent adds
+    // Host (the grad-norm reduction): one fp64 accumulator is a chain of dependent adds
     // (4 cycles each), ~10x below the memory bound. Blocks of kBlock elements,
     // each summed in kLanes independent accumulators (SIMD) combined by a
     // fixed tree, then blocks combined by the reduction: the order depends

@@ -1,6 +1,6 @@
 #pragma once
 /// \file attention_tasks.hpp
-/// \brief Core-attention disaggregation, the plan side (issue [O]; DistCA:
+/// \brief Core-attention disaggregation, the plan side (DistCA:
 /// Zhuang, Chen et al., "Efficient Long-context Language Model Training by
 /// Core Attention Disaggregation", arXiv 2510.18121, §3–4).
 ///

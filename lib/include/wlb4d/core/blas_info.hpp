@@ -1,6 +1,6 @@
 #pragma once
 /// \file blas_info.hpp
-/// \brief Which BLAS kernel the GEMMs actually run (issue [P] item 7), and
+/// \brief Which BLAS kernel the GEMMs actually run (the BLAS kernel report), and
 /// whether the CPU allows a faster one.
 ///
 /// The GEMMs go through KokkosBlas::gemm to the host BLAS. OpenBLAS picks its

@@ -96,7 +96,7 @@ struct BalanceConfig {
   double cost_b = 0;                 ///< seconds per token^2 per layer (when calibrate=false)
   double cost_c = 0;                 ///< seconds per micro-batch per layer (constant)
   /// local | disaggregated: core attention of each layer balanced over the
-  /// DP×CP attention group (issue [O]; model/ca_exchange.hpp)
+  /// DP×CP attention group (core-attention disaggregation; model/ca_exchange.hpp)
   std::string attention = "local";
   std::int64_t ca_task_tokens = 256;  ///< disaggregated: query rows per task (tokens)
   double ca_tolerance = 0.02;         ///< disaggregated: stop within (1 + this) of the mean (dimensionless)
@@ -192,7 +192,7 @@ struct PlanConfig {
   std::string search_micro_batches;  ///< --search: micro-batch counts to try (empty: train.micro_batches)
   int search_coarse_steps = 2;   ///< --search: steps of the coarse pass (every surviving candidate)
   int search_refine = 16;        ///< --search: best coarse candidates re-simulated over plan.steps steps
-  // Core-attention disaggregation rows (issue [O]; balance/attention_tasks.hpp).
+  // Core-attention disaggregation rows (balance/attention_tasks.hpp).
   std::string attention = "local";  ///< attention executions to compare: local and/or disaggregated
   std::int64_t ca_task_tokens = 1024;  ///< query rows per core-attention task (tokens)
   double ca_tolerance = 0.02;       ///< assignment stops within (1 + this) of the mean (dimensionless)

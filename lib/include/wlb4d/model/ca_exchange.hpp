@@ -1,7 +1,7 @@
 #pragma once
 /// \file ca_exchange.hpp
-/// \brief Core-attention disaggregation, the execution side (issue [O];
-/// DistCA: Zhuang, Chen et al., arXiv 2510.18121, §3): the CoreAttention a
+/// \brief Core-attention disaggregation, the execution side (DistCA: Zhuang,
+/// Chen et al., arXiv 2510.18121, §3): the CoreAttention a
 /// Transformer uses with balance.attention = disaggregated.
 ///
 /// The plan (balance::assign_attention_tasks, made identically on every rank

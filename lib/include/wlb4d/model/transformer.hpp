@@ -198,7 +198,7 @@ class KvExchange {
 };
 
 /// Core attention, softmax(scale·QKᵀ, masked)·V, of one layer (the
-/// disaggregation hook, issue [O]). The default runs attention_forward /
+/// core-attention disaggregation hook). The default runs attention_forward /
 /// attention_backward on this rank; CoreAttentionExchange
 /// (ca_exchange.hpp) computes some query rows on other ranks of the
 /// attention group and returns their results, so the caller sees the same

@@ -94,7 +94,7 @@ struct StepModel {
   /// last chunk at the layers' per-parameter rate (cost.a / layer_matmul_params
   /// per token: forward, B and W a third each); 0: not modelled (classic).
   double head_params = 0;
-  /// Core-attention disaggregation (issue [O]; balance/attention_tasks.hpp):
+  /// Core-attention disaggregation (balance/attention_tasks.hpp):
   /// every slot's attention is balanced over the stage's DP×CP group
   /// (balance::disaggregate_step, ca_task_tokens, ca_tolerance), each rank's
   /// CP attention replaced by its assigned cost, and each layer pays the
@@ -180,7 +180,7 @@ std::int64_t plan_vocab(const core::Config& cfg);
 /// rank and whether it fits plan.device_memory_gib.
 std::vector<MemoryRow> memory_table(const core::Config& cfg, std::int64_t vocab);
 
-/// Upper bound of the planner's own work ([N]): host bytes the simulation
+/// Upper bound of the planner's own work (inputs bounded before use): host bytes the simulation
 /// of one step holds (the step plan's spans and CP token lists, the action
 /// lists of every pipeline rank) for documents of mean length mean_length.
 double planner_host_bytes(const core::Config& cfg, double mean_length);
