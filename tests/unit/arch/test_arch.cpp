@@ -57,6 +57,12 @@ const std::vector<Forbidden> kForbidden = {
                     "adapts the model's chunks to io::TensorRef)"},
 };
 
+// The kForbidden entry for an include from -> to, or kForbidden.end().
+std::vector<Forbidden>::const_iterator forbidden(const std::string& from, const std::string& to) {
+  return std::find_if(kForbidden.begin(), kForbidden.end(),
+                      [&](const Forbidden& x) { return x.from == from && x.to == to; });
+}
+
 // Known violations that others' moves in progress will remove ([M] "structure
 // before scale"): each entry is {file relative to the root, rule letter,
 // included area or "" for any, why}; for rule (e) the file is
@@ -184,9 +190,7 @@ std::vector<Violation> find_violations(const fs::path& root) {
                                            "' is not an area of the rank table"});
         } else if (area == "core") {
           v.push_back({where, 'd', to, where + ": rule (d) core includes no other area (found " + to + ")"});
-        } else if (const auto f = std::find_if(kForbidden.begin(), kForbidden.end(),
-                                               [&](const Forbidden& x) { return x.from == area && x.to == to; });
-                   f != kForbidden.end()) {
+        } else if (const auto f = forbidden(area, to); f != kForbidden.end()) {
           v.push_back({where, 'c', to, where + ": rule (c) " + f->why});
         } else if (to_it->second >= rank) {
           v.push_back({where, 'a', to,
