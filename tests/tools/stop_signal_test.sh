@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # stop_signal_test.sh WLB4D WLB4D_PREP SOURCE_DIR [SCENARIO]
-# A stop signal during start-up is a graceful stop (issue [N]): the handlers
-# are installed first thing, the request is remembered through the Trainer's
+# A stop signal during start-up is a graceful stop: the handlers are
+# installed first thing, the request is remembered through the Trainer's
 # start-up, and the run stops after its first step with a checkpoint, exit 0.
+# The signal is sent inside a window that fault injection holds open, not
+# raced against a fast start-up (a fast machine calibrates in a few ms).
 #   int (default), term, usr1: SIGINT / SIGTERM / SIGUSR1 during calibration
-#             (balance.calibrate=true), sent once the start-up line is out.
+#             (balance.calibrate=true): rank 0 is held 3 s just before it
+#             times the cost model (WLB4D_FAULT=delay:...:phase=calibrate).
 #   int_load: SIGINT while the checkpoint is being loaded: a first run writes
 #             step 3; the resumed run is held 3 s before it reads the file
 #             (WLB4D_FAULT=delay:rank=0:phase=ckpt_load:seconds=3), the
@@ -18,7 +21,8 @@ trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 cd "$work"
 "$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
 fail() { echo "stop_signal_test ($scenario): $*"; cat run.log; exit 1; }
-sig=INT wait_for="| deck " calibrate=true resume=never
+export WLB4D_FAULT=delay:rank=0:phase=calibrate:seconds=3
+sig=INT wait_for="WLB4D_FAULT: delaying at fault point calibrate" calibrate=true resume=never
 case "$scenario" in
   term) sig=TERM ;;
   usr1) sig=USR1 ;;

@@ -98,8 +98,9 @@ FaultSpec parse_fault(const std::string& text) {
     } else if (k == "step" && step_kind) {
       f.step = to_count(text, k, v);
     } else if (k == "phase" && step_kind) {
-      if (v != "step" && v != "forward" && v != "backward" && v != "ckpt_load" && v != "ckpt_save")
-        bad(text, "phase='" + v + "' is not step, forward, backward, ckpt_load or ckpt_save");
+      if (v != "step" && v != "forward" && v != "backward" && v != "calibrate" && v != "ckpt_load" &&
+          v != "ckpt_save")
+        bad(text, "phase='" + v + "' is not step, forward, backward, calibrate, ckpt_load or ckpt_save");
       f.phase = v;
     } else if (k == "signal" && f.kind == "stall") {
       if (v != "STOP") bad(text, "signal='" + v + "' is not STOP (the only signal of a stall)");

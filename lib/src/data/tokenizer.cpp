@@ -159,6 +159,14 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::
 
 int SentencePieceTokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
 int SentencePieceTokenizer::eos_id() const { return impl_->sp.eos_id(); }
+int SentencePieceTokenizer::bos_id() const { return impl_->sp.bos_id(); }
+int SentencePieceTokenizer::unk_id() const { return impl_->sp.unk_id(); }
+std::string SentencePieceTokenizer::piece(int id) const {
+  if (id < 0 || id >= vocab_size())
+    throw DataError("sentencepiece: id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                    std::to_string(vocab_size()) + ")");
+  return impl_->sp.IdToPiece(id);
+}
 
 std::vector<token_t> SentencePieceTokenizer::encode(std::string_view text) const {
   std::vector<int> ids;

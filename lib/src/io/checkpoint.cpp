@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <utility>
@@ -226,6 +227,21 @@ struct CollectiveWrite {
     return true;
   }
 
+  /// /tokenizer/model (sentencepiece only): rank 0 writes, the others select none.
+  bool write_tokenizer(const CheckpointInfo& info) {
+    if (info.tokenizer_model.empty()) return true;
+    comm::phase_progress("writing /tokenizer/model (collective HDF5)");
+    groups.emplace_back(H5Gcreate2(file.get(), kTokenizerGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    if (!step_ok(groups.back().valid(), std::string("cannot create group ") + kTokenizerGroup)) return false;
+    const auto n = std::int64_t(info.tokenizer_model.size());
+    H ds(create_state(file.get(), kTokenizerModel, H5T_NATIVE_UINT8, hsize_t(n)));
+    if (!step_ok(ds.valid(), std::string("cannot create dataset ") + kTokenizerModel)) return false;
+    const herr_t st = write_part(ds.get(), H5T_NATIVE_UINT8, {0}, {n},
+                                 wc.rank() == 0 ? info.tokenizer_model.data() : nullptr, dxpl.get());
+    ds.reset();
+    return step_ok(st >= 0, std::string(kTokenizerModel) + ": collective write failed");
+  }
+
   /// Flush (if all went well) and the collective close.
   void finish(bool good) {
     comm::phase_progress("flushing and closing the file (collective HDF5)");
@@ -263,7 +279,8 @@ std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRe
   if (!sub) return "";
   CollectiveWrite cw{*sub, tmp, w.rank(), bytes, "", H(), H(), {}};
   const bool good = cw.create() && (core::fault_point("ckpt_save", w.rank(), state.step), true) && cw.root_attrs(grid, tensors, state, info) && cw.create_groups() &&
-                    cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state, digest);
+                    cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state, digest) &&
+                    cw.write_tokenizer(info);
   cw.finish(good);
   return cw.err;
 }
@@ -321,7 +338,7 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   // 2. Directory and free space (rank 0), agreed: HDF5 running out of space
   //    inside a collective dataset creation deadlocks the writers, so a
   //    checkpoint that cannot fit is refused before the file exists.
-  const std::uint64_t bytes = checkpoint_bytes_estimate(tensors);
+  const std::uint64_t bytes = checkpoint_bytes_estimate(tensors) + info.tokenizer_model.size();
   comm::phase_progress("checking checkpoint.dir");
   on_rank0_agreed(w, "", [&] { check_dir_for_checkpoints(cc.dir, bytes); });
   // 3. The content digest (all ranks), then the file, written by the writer
@@ -549,6 +566,37 @@ std::vector<TensorSummary> summarize_checkpoint(const std::string& path) {
       s.l2 = std::sqrt(sum);
       out.push_back(std::move(s));
     }
+  return out;
+}
+
+std::string read_checkpoint_tokenizer_model(const std::string& path) {
+  h5::Quiet quiet;
+  H f = open_serial(path);
+  read_info(f.get(), path);
+  if (!h5::exists(f.get(), kTokenizerModel)) return {};
+  std::vector<std::int64_t> dims;
+  H ds = open_dataset(f.get(), kTokenizerModel, path, &dims);
+  require_class(ds.get(), H5T_INTEGER, kTokenizerModel, path);
+  // Bounded by the bytes stored before allocating (a damaged extent).
+  const hsize_t stored = H5Dget_storage_size(ds.get());
+  if (dims.size() != 1 || dims[0] < 1 || hsize_t(dims[0]) > stored)
+    fail(path, std::string(kTokenizerModel) + " has shape " + shape_string(dims) + " but " + std::to_string(stored) +
+                   " bytes are stored");
+  std::string out(std::size_t(dims[0]), '\0');
+  read_part(ds.get(), H5T_NATIVE_UINT8, {0}, dims, out.data(), H5P_DEFAULT, kTokenizerModel, path);
+  return out;
+}
+
+std::vector<float> read_model_tensor(const std::string& path, const std::string& name) {
+  h5::Quiet quiet;
+  H f = open_serial(path);
+  const auto info = read_info(f.get(), path);
+  const auto it = std::find(info.tensors.begin(), info.tensors.end(), name);
+  if (it == info.tensors.end()) fail(path, "holds no tensor '" + name + "' (see its `tensors` attribute)");
+  const auto& shape = info.shapes[std::size_t(it - info.tensors.begin())];
+  std::vector<float> out;
+  out.reserve(std::size_t(numel(shape)));
+  scan_f32(f.get(), kKinds[0] + name, path, shape, [&](const float* x, std::size_t n) { out.insert(out.end(), x, x + n); });
   return out;
 }
 

@@ -55,6 +55,9 @@ constexpr int kPackerState = 5;
 /// Optional /state datasets (absent in older files): float64 [1], uint64 [1].
 inline constexpr const char* kLastLossState = "/state/last_loss";
 inline constexpr const char* kDigestState = "/state/digest";
+/// The serialized sentencepiece model (optional: sentencepiece only; absent in older files).
+inline constexpr const char* kTokenizerGroup = "/tokenizer";
+inline constexpr const char* kTokenizerModel = "/tokenizer/model";
 /// Groups created in a new file, parents first.
 extern const char* const kGroups[5];
 

@@ -130,6 +130,12 @@ void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid&
     h5::write_attr<CheckpointError>(f, "cost_b", H5T_NATIVE_DOUBLE, &info.cost_b, 1, true, w, kW);
     h5::write_attr<CheckpointError>(f, "cost_c", H5T_NATIVE_DOUBLE, &info.cost_c, 1, true, w, kW);
   }
+  if (!info.tokenizer.empty()) {  // the training set's tokenizer (export, sampling)
+    str("tokenizer", info.tokenizer);
+    i64("tokenizer_vocab", info.tokenizer_vocab);
+    i64("eos_id", info.eos_id);
+    i64("bos_id", info.bos_id);
+  }
 }
 
 hid_t create_f32(hid_t file, const std::string& name, const std::vector<std::int64_t>& g,
@@ -352,6 +358,12 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
     info.cost_b = attr_f64(f, "cost_b", path);
     info.cost_c = attr_f64(f, "cost_c", path);
   }
+  if (h5::has_attr(f, "tokenizer")) {
+    info.tokenizer = attr_string(f, "tokenizer", path);
+    info.tokenizer_vocab = attr_i64(f, "tokenizer_vocab", path);
+    info.eos_id = attr_i64(f, "eos_id", path);
+    info.bos_id = attr_i64(f, "bos_id", path);
+  }
   info.program_version = attr_string(f, "program_version", path);
   info.git_sha = attr_string(f, "git_sha", path);
   info.step = attr_i64(f, "step", path);
@@ -371,6 +383,17 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
   }
   if (info.vocab < 1 || info.vocab > (std::int64_t(1) << 40))
     fail(path, "attribute vocab_size = " + std::to_string(info.vocab) + " is not a vocabulary size (1 .. 2^40)");
+  if (!info.tokenizer.empty()) {
+    if (info.tokenizer != "bytes" && info.tokenizer != "sentencepiece")
+      fail(path, "attribute tokenizer = '" + info.tokenizer + "' is not bytes or sentencepiece");
+    if (info.tokenizer_vocab < 1 || info.tokenizer_vocab > info.vocab)
+      fail(path, "attribute tokenizer_vocab = " + std::to_string(info.tokenizer_vocab) +
+                     " is not in 1 .. vocab_size = " + std::to_string(info.vocab));
+    for (const auto& [key, id] : {std::pair<const char*, std::int64_t>{"eos_id", info.eos_id}, {"bos_id", info.bos_id}})
+      if (id < -1 || id >= info.tokenizer_vocab)
+        fail(path, std::string("attribute ") + key + " = " + std::to_string(id) + " is not -1 or a token id below " +
+                       "tokenizer_vocab = " + std::to_string(info.tokenizer_vocab));
+  }
   if (m[1] % m[2] != 0)
     fail(path, "model record: model_d_model = " + std::to_string(m[1]) + " is not a multiple of model_heads = " +
                    std::to_string(m[2]));

@@ -11,6 +11,7 @@
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/data/dataset.hpp"
+#include "wlb4d/data/tokenizer.hpp"
 #include "wlb4d/data/document_stream.hpp"
 #include "wlb4d/io/checkpoint.hpp"
 #include "wlb4d/train/checkpoint_state.hpp"
@@ -117,6 +118,7 @@ struct Trainer::Impl {
   // Validation micro-batches (fixed order, built once).
   std::vector<balance::MicroBatch> val_mbs;
   std::int64_t val_targets = 0;
+  int tokenizer_bos = -1;    // the training set's BOS id (stored in checkpoints; -1: none)
   std::string resumed_from;  // the checkpoint this run resumed from ("" : a fresh start)
   double run_start = 0;      // core::wall_seconds() when this start's training began (step line's elapsed, ETA)
   std::vector<io::TraceRecord> trace_rows;  // this rank's actions of the traced step (log.trace_step)
@@ -142,6 +144,7 @@ struct Trainer::Impl {
           spdlog::warn("{}: no checksum (written by an older wlb4d-prep): token ids are checked per read span "
                        "only; re-run wlb4d-prep to add max_token_id and tokens_fnv1a64",
                        ds->path());
+    tokenizer_bos = data::make_tokenizer(train_ds.tokenizer(), train_ds.tokenizer_model(), train_ds.path())->bos_id();
     vocab = model_vocab();
     cfg.model.data_vocab = train_ds.vocab_size();  // padded rows (vocab > it) are masked out of the loss
     core::install_memory_tracker();  // before any model allocation
@@ -358,6 +361,7 @@ struct Trainer::Impl {
       if (saved) {
         r = *saved;
       } else {
+        core::fault_point("calibrate", grid.rank(), -1);  // tests only (WLB4D_FAULT)
         const auto cal = calibrate_cost_model(
             cfg.model, std::max<std::int64_t>(cfg.train.max_seq_len, cfg.balance.max_tokens), grid.world());
         r = accept_calibration(cfg, cal.cost);
@@ -592,6 +596,11 @@ struct Trainer::Impl {
     info.cost_a = cost.a;
     info.cost_b = cost.b;
     info.cost_c = cost.c;
+    info.tokenizer = train_ds.tokenizer();  // an export or a sample decodes with it
+    info.tokenizer_vocab = train_ds.vocab_size();
+    info.eos_id = train_ds.eos_id();
+    info.bos_id = tokenizer_bos;
+    info.tokenizer_model = train_ds.tokenizer_model();
     const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), st, info);
     last_ckpt_time = core::wall_seconds();
     if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);

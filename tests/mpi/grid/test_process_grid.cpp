@@ -1,6 +1,7 @@
 // wlb::grid::ProcessGrid on 1, 4 and 16 ranks. Coordinates are checked against
 // an independent enumeration (nested loops in PP, DP, CP, TP order), and every
 // axis communicator against sums computed from that enumeration.
+#include "test_util.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 
@@ -13,18 +14,11 @@ using wlb::comm::WaitMode;
 using wlb::grid::Axis;
 using wlb::grid::ProcessGrid;
 
+using wlb::test::world_rank;
+using wlb::test::world_size;
+
 namespace {
 
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 struct Shape {
   int dp, pp, cp, tp;

@@ -4,6 +4,7 @@
 // of every value and AdamW moment matches the 1-rank model / the moments'
 // defining formula. Failures (a corrupt chunk held by one rank, a wrong deck
 // shape) reach every rank, and resume=auto falls back collectively.
+#include "test_util.hpp"
 #include "../../unit/io/ckpt_test_util.hpp"
 
 #include "wlb4d/core/error.hpp"
@@ -17,18 +18,11 @@ using namespace wlb;
 using namespace ckpt_test;
 namespace fs = std::filesystem;
 
+using wlb::test::world_rank;
+using wlb::test::world_size;
+
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 std::string base_dir() { return "np" + std::to_string(world_size()); }
 

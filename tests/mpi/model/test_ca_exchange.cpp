@@ -9,7 +9,7 @@
 // one destination: K/V sent once), and the moves of the real assignment
 // (balance::assign_attention_tasks), whose result must be identical on
 // every rank.
-#include "../../unit/model/model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/balance/attention_tasks.hpp"
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/model/attention.hpp"
@@ -22,7 +22,7 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
 

@@ -6,7 +6,7 @@
 // counts 13 (uneven over tp=2: 7 + 6) and 1 (T < tp: rank 1 holds no row).
 // fp64; tolerance 1e-11 relative. Also: full/selective recompute under SP is
 // bit-identical to recompute = none under SP.
-#include "../../unit/model/model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/model/transformer.hpp"
 
@@ -17,20 +17,12 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
 
-core::ModelConfig cfg_sp() {
-  core::ModelConfig c;
-  c.layers = 2;
-  c.d_model = 16;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn_hidden = 24;
-  c.init_std = 0.3;  // large enough that every non-linearity matters
-  return c;
-}
+// init_std 0.3: large enough that every non-linearity matters.
+const core::ModelConfig kModel = tiny_model(2, 16, 4, 2, 24, 0.3);
 
 constexpr std::int64_t kVocab = 23;  // 12 + 11 over tp = 2
 
@@ -73,7 +65,7 @@ void expect_same_grads(const ParamRegistry<double>& got, const ParamRegistry<dou
 /// Loss and gradients of the whole model (embedding to loss) on T tokens.
 void whole_model_matches(std::int64_t T, std::vector<std::int64_t> cu) {
   const auto world = comm::Communicator::world();
-  const auto cfg = cfg_sp();
+  const auto cfg = kModel;
   const auto mb = make_micro_batch(cu, ids_for(T));
   const double gs = 1.0 / double(std::max<std::int64_t>(mb.target_tokens, 1));
   Transformer<double> ref(cfg, kVocab, shard(true, true), world, 1, 13);
@@ -103,7 +95,7 @@ namespace {
 /// A middle stage (no embedding, no head): output rows and input-gradient rows.
 void middle_stage_matches(std::int64_t T, std::vector<std::int64_t> cu) {
   const auto world = comm::Communicator::world();
-  const auto cfg = cfg_sp();
+  const auto cfg = kModel;
   const std::int64_t d = cfg.d_model;
   const auto mb = make_micro_batch(cu, {});
   Transformer<double> ref(cfg, kVocab, shard(false, false), world, 1, 13);
@@ -149,7 +141,7 @@ TEST(ModelSP, RecomputeBitIdentical) {
   const std::int64_t T = 13;
   const auto mb = make_micro_batch({0, 4, 13}, ids_for(T));
   auto run = [&](const std::string& rc) {
-    auto cfg = cfg_sp();
+    auto cfg = kModel;
     cfg.recompute = rc;
     Transformer<double> m(cfg, kVocab, shard(true, true), world, 2, T, true);
     m.params().init_parameters(5);

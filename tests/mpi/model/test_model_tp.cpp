@@ -4,7 +4,7 @@
 // parameter element (its shard against the matching slice of the tp=1
 // gradient) and the same stage-input gradient as a tp=1 model computed on
 // each rank in the same test. fp64; tolerance 1e-10 relative.
-#include "../../unit/model/model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/model/transformer.hpp"
 
@@ -15,20 +15,12 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
 
-core::ModelConfig cfg_tp() {
-  core::ModelConfig c;
-  c.layers = 2;
-  c.d_model = 16;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn_hidden = 25;
-  c.init_std = 0.3;  // large enough that every non-linearity matters
-  return c;
-}
+// FFN 25: uneven shards on tp = 2; init_std 0.3: every non-linearity matters.
+const core::ModelConfig kModel = tiny_model(2, 16, 4, 2, 25, 0.3);
 
 constexpr std::int64_t kVocab = 23;
 
@@ -58,7 +50,7 @@ void expect_shard_matches(const ParamRegistry<double>& part, const ParamRegistry
 TEST(ModelTP, TwoRanksMatchOneRank) {
   const auto world = comm::Communicator::world();
   ASSERT_EQ(world.size(), 2);
-  const auto cfg = cfg_tp();
+  const auto cfg = kModel;
   const auto mb = make_micro_batch({0, 5, 6, 13}, ids_for(13));
   const double gs = 1.0 / double(mb.target_tokens);
 
@@ -83,7 +75,7 @@ TEST(ModelTP, TwoRanksMatchOneRank) {
 
 TEST(ModelTP, MiddleStageInputGradientMatches) {
   const auto world = comm::Communicator::world();
-  const auto cfg = cfg_tp();
+  const auto cfg = kModel;
   const auto mb = make_micro_batch({0, 7, 13}, {});
   ModelShard s1;
   s1.embedding = false;

@@ -4,7 +4,7 @@
 // and T < tp (a rank with no row still joins every collective). Values are
 // small integers, so every sum is exact in fp32 and fp64 and the checks are
 // equalities.
-#include "../../unit/model/model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/model/params.hpp"
 #include "wlb4d/model/tp_region.hpp"
@@ -13,7 +13,7 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
 

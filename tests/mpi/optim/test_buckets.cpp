@@ -5,6 +5,7 @@
 // are multiples of 2^-10 of magnitude < 2, so every sum is exact in any order:
 // the comparison is bitwise and tests which elements were summed, not the
 // collective's rounding.
+#include "test_util.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/model/params.hpp"
@@ -19,16 +20,6 @@
 using namespace wlb;
 
 namespace {
-
-core::ModelConfig tiny_model() {
-  core::ModelConfig m;
-  m.layers = 2;
-  m.d_model = 16;
-  m.heads = 2;
-  m.kv_heads = 1;
-  m.ffn_hidden = 24;
-  return m;
-}
 
 /// Per-rank gradients k/1024, k in [-512, 511], shifted by `salt`.
 void fill_grads(model::ParamRegistry<float>& reg, int rank, int salt, std::int64_t lo, std::int64_t hi) {
@@ -54,10 +45,9 @@ core::OptimConfig optim_config() {
 // Buckets tile the flat buffer from its end, in whole tensors, each closed as
 // soon as it holds bucket_mib MiB.
 TEST(Buckets, WholeTensorsInReverseOrder) {
-  int R = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &R);
+  const int R = test::world_size();
   grid::ProcessGrid g(R, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_WORLD);
-  model::ParamRegistry<float> a(tiny_model(), 37, model::ModelShard{});
+  model::ParamRegistry<float> a(test::tiny_model(2, 16, 2, 1, 24), 37, model::ModelShard{});
   std::set<std::int64_t> starts;
   std::int64_t smallest = 1 << 30;
   for (const auto& p : a) {
@@ -100,11 +90,9 @@ TEST(Buckets, WholeTensorsInReverseOrder) {
 // the gradients below them afterwards changes the reduced result there, and
 // the result everywhere equals the unbucketed reduction of the final values.
 TEST(Buckets, StartedBucketsAndTheRestEqualTheUnbucketedSum) {
-  int R = 1, me = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &R);
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  const int R = test::world_size(), me = test::world_rank();
   grid::ProcessGrid g(R, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_WORLD);
-  const auto mc = tiny_model();
+  const auto mc = test::tiny_model(2, 16, 2, 1, 24);
   for (int zero : {0, 1})
     for (double mib : {0.00001, 0.0001, 0.004, 1.0}) {
       model::ParamRegistry<float> a(mc, 37, model::ModelShard{}), b(mc, 37, model::ModelShard{});
@@ -145,7 +133,7 @@ TEST(Buckets, StartedBucketsAndTheRestEqualTheUnbucketedSum) {
 
 TEST(Buckets, NegativeSizeRefusedNamingTheKey) {
   grid::ProcessGrid g(1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF);
-  model::ParamRegistry<float> a(tiny_model(), 37, model::ModelShard{});
+  model::ParamRegistry<float> a(test::tiny_model(2, 16, 2, 1, 24), 37, model::ModelShard{});
   try {
     optim::Optimizer o(optim_config(), 4, g, {&a}, 0, -1);
     FAIL() << "expected a ConfigError";

@@ -4,6 +4,7 @@
 // gathered AdamW moments must agree, while each rank holds only its
 // model::split_range share of the moments (uneven over 3 ranks, cutting
 // through tensors).
+#include "test_util.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/model/params.hpp"
@@ -18,16 +19,6 @@
 using namespace wlb;
 
 namespace {
-
-core::ModelConfig tiny_model() {
-  core::ModelConfig m;
-  m.layers = 2;
-  m.d_model = 16;
-  m.heads = 2;
-  m.kv_heads = 1;
-  m.ffn_hidden = 24;
-  return m;
-}
 
 /// Gradients that differ per rank and per step (the DP replicas' partial sums).
 void fill_grads(model::ParamRegistry<float>& reg, int rank, int step) {
@@ -45,11 +36,9 @@ std::vector<float> host(const Vec& v) {
 }  // namespace
 
 TEST(Zero1, SameUpdateAsReplicatedAdamWWithShardedMoments) {
-  int R = 1, me = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &R);
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  const int R = test::world_size(), me = test::world_rank();
   grid::ProcessGrid g(R, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_WORLD);
-  const auto mc = tiny_model();
+  const auto mc = test::tiny_model(2, 16, 2, 1, 24);
   const std::int64_t vocab = 37;
   model::ParamRegistry<float> a(mc, vocab, model::ModelShard{}), b(mc, vocab, model::ModelShard{});
   a.init_parameters(11);
@@ -102,7 +91,7 @@ TEST(Zero1, SameUpdateAsReplicatedAdamWWithShardedMoments) {
 
 TEST(Zero1, RejectsUnknownStage) {
   grid::ProcessGrid g(1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF);
-  model::ParamRegistry<float> a(tiny_model(), 37, model::ModelShard{});
+  model::ParamRegistry<float> a(test::tiny_model(2, 16, 2, 1, 24), 37, model::ModelShard{});
   const std::vector<model::ParamRegistry<float>*> chunks = {&a};
   EXPECT_THROW(optim::Optimizer(core::OptimConfig{}, 4, g, chunks, 2), core::ConfigError);
 }
@@ -112,7 +101,7 @@ TEST(Zero1, RejectsUnknownStage) {
 TEST(Zero1, NonFiniteGradientNamesStepFromOneAndTheTensor) {
   for (int zero : {0, 1}) {
     grid::ProcessGrid g(1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF);
-    model::ParamRegistry<float> a(tiny_model(), 37, model::ModelShard{});
+    model::ParamRegistry<float> a(test::tiny_model(2, 16, 2, 1, 24), 37, model::ModelShard{});
     a.init_parameters(5);
     fill_grads(a, 0, 0);
     const auto& p = a.at("layers.1.mlp.w_up");

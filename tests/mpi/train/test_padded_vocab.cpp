@@ -7,6 +7,7 @@
 // softmax (+0.157 at init for 257 -> 301, as measured in the issue).
 //
 // Losses on 1 rank (tp=1) and on 2 ranks (tp=2, and dp=2).
+#include "test_util.hpp"
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/data/dataset.hpp"
@@ -25,30 +26,20 @@
 
 using namespace wlb;
 
+using wlb::test::world_rank;
+using wlb::test::world_size;
+
 namespace {
 
 constexpr int kVocab = 97;  // EOS = 96
 constexpr int kSteps = 6;
 
-int wsize() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-int wrank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
 /// 300 documents of 2..60 tokens over the 96 non-EOS ids, written by rank 0.
 const std::string& dataset() {
   static std::string path;
   if (!path.empty()) return path;
-  long id = wrank() == 0 ? long(getpid()) : 0;
-  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  path = "padded_vocab_" + std::to_string(id) + ".h5";
-  if (wrank() == 0) {
+  path = test::unique_name("padded_vocab", ".h5");
+  if (world_rank() == 0) {
     data::TokenDatasetWriter w(path, "bytes", kVocab, kVocab - 1, "test_padded_vocab", "");
     std::mt19937_64 rng(3);
     for (int d = 0; d < 300; ++d) {
@@ -96,7 +87,7 @@ void expect_same(const Losses& padded, const Losses& plain, const std::string& w
     EXPECT_NEAR(padded.gnorm[s], plain.gnorm[s], 1e-4 * std::fabs(plain.gnorm[s]))
         << what << ": step " << s << " grad norm padded " << padded.gnorm[s] << " vs unpadded " << plain.gnorm[s];
   }
-  if (wrank() == 0)
+  if (world_rank() == 0)
     std::printf("[%s] step 0 loss padded %.9f unpadded %.9f; step %d padded %.9f unpadded %.9f\n", what.c_str(),
                 padded.loss.front(), plain.loss.front(), kSteps - 1, padded.loss.back(), plain.loss.back());
 }
@@ -104,13 +95,13 @@ void expect_same(const Losses& padded, const Losses& plain, const std::string& w
 }  // namespace
 
 TEST(PaddedVocab, OneRankLossEqualsUnpadded) {
-  if (wsize() != 1) GTEST_SKIP() << "1-rank test";
+  if (world_size() != 1) GTEST_SKIP() << "1-rank test";
   const Losses plain = train_run(1, 1, 0);
   expect_same(train_run(1, 1, 128), plain, "tp=1 vocab 97->128");
 }
 
 TEST(PaddedVocab, Tp2LossEqualsUnpaddedWhereverThePaddingFalls) {
-  if (wsize() != 2) GTEST_SKIP() << "2-rank test";
+  if (world_size() != 2) GTEST_SKIP() << "2-rank test";
   const Losses plain = train_run(1, 2, 0);  // shards 49 + 48 rows
   expect_same(train_run(1, 2, 128), plain, "tp=2 vocab 97->128 (padding on rank 1)");
   expect_same(train_run(1, 2, 200), plain, "tp=2 vocab 97->200 (rank 1 all padding)");
@@ -119,5 +110,5 @@ TEST(PaddedVocab, Tp2LossEqualsUnpaddedWhereverThePaddingFalls) {
 
 TEST(PaddedVocab, ZCleanup) {
   MPI_Barrier(MPI_COMM_WORLD);
-  if (wrank() == 0) std::remove(dataset().c_str());
+  if (world_rank() == 0) std::remove(dataset().c_str());
 }

@@ -7,6 +7,7 @@
 // One executable; tests are grouped by world size (Np2.*, Np4.*, Np16.*), and
 // ctest entries select groups with --gtest_filter (tests/mpi/train/CMakeLists.txt).
 // Tests whose world size differs from the run's are skipped.
+#include "test_util.hpp"
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/config.hpp"
@@ -34,21 +35,14 @@
 
 using namespace wlb;
 
+using wlb::test::world_rank;
+using wlb::test::world_size;
+
 namespace {
 
 constexpr int kSteps = 10;
 constexpr int kVocab = 97;  // uneven over tp = 2 and tp = 4
 
-int wrank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int wsize() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 const comm::Communicator& world() {
   static comm::Communicator w = comm::Communicator::world(comm::WaitMode::Yield);
   return w;
@@ -61,7 +55,7 @@ auto or_abort(const char* what, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[r%d] %s: %s\n", wrank(), what, e.what());
+    std::fprintf(stderr, "[r%d] %s: %s\n", world_rank(), what, e.what());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
@@ -89,10 +83,8 @@ std::string dataset(const std::string& kind) {
   static std::map<std::string, std::string> made;
   auto it = made.find(kind);
   if (it != made.end()) return it->second;
-  long id = wrank() == 0 ? long(getpid()) : 0;
-  world().broadcast(&id, 1, 0);
-  const std::string path = "equiv_" + kind + "_" + std::to_string(id) + ".h5";
-  if (wrank() == 0) {
+  const std::string path = test::unique_name("equiv_" + kind, ".h5");
+  if (world_rank() == 0) {
     or_abort("writing the test dataset", [&] {
       data::TokenDatasetWriter w(path, "bytes", kVocab, kVocab - 1, "test_train_equiv " + kind, "");
       std::mt19937_64 rng(kind == "tiny" ? 11 : kind == "long" ? 17 : 5);
@@ -174,7 +166,7 @@ const RunResult& reference(const std::string& ref_ini, const core::Config& ref_c
   auto it = cache.find(ref_ini);
   if (it != cache.end()) return it->second;
   RunResult r;
-  if (wrank() == 0) {
+  if (world_rank() == 0) {
     grid::ProcessGrid self(1, 1, 1, 1, comm::WaitMode::Yield, MPI_COMM_SELF);
     r = run(ref_cfg, self);
   }
@@ -230,7 +222,7 @@ std::string describe(const Layout& l) {
 constexpr double kBf16ParamRatio = 0.25;
 void expect_equivalent(const Layout& L, std::vector<std::string> overrides, const std::string& kind = "mixed",
                        bool eval = false, const std::vector<std::string>& layout_only = {}, double tol = 1) {
-  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, wsize());
+  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, world_size());
   const std::string ini = base_deck(dataset(kind));
   if (eval) {  // validation on the other dataset every 5 steps (Trainer::evaluate)
     overrides.push_back("data.val=" + dataset(kind == "tiny" ? "mixed" : "tiny"));
@@ -264,7 +256,7 @@ void expect_equivalent(const Layout& L, std::vector<std::string> overrides, cons
   g_last_ca_bytes = world().allreduce_value(got.ca_bytes);
   std::string what = describe(L);
   for (const auto& o : layout_only) what += " " + o;
-  if (wrank() == 0)
+  if (world_rank() == 0)
     std::printf("[ layout ] %-34s ref %.2f s, layout %.2f s, loss %.6f -> %.6f, gnorm[0] %.5f\n", what.c_str(),
                 ref.seconds, got.seconds, ref.loss.front(), ref.loss.back(), ref.gnorm.front());
 
@@ -327,7 +319,7 @@ void expect_equivalent(const Layout& L, std::vector<std::string> overrides, cons
         ADD_FAILURE() << what << ": " << ref.names[i] << "[" << j << "] = " << a[j] << ", 1-rank " << b[j];
     }
   }
-  if (wrank() == 0) std::printf("[ layout ] %-34s worst param diff %.2e (%s)\n", what.c_str(), worst, worst_name.c_str());
+  if (world_rank() == 0) std::printf("[ layout ] %-34s worst param diff %.2e (%s)\n", what.c_str(), worst, worst_name.c_str());
 }
 
 Layout lay(int dp, int pp, int cp, int tp, std::string sched = "1f1b", int v = 1) {
@@ -342,7 +334,7 @@ Layout lay(int dp, int pp, int cp, int tp, std::string sched = "1f1b", int v = 1
 }
 
 #define REQUIRE_WORLD(n)                                                   \
-  if (wsize() != (n)) GTEST_SKIP() << "needs " << (n) << " ranks"
+  if (world_size() != (n)) GTEST_SKIP() << "needs " << (n) << " ranks"
 
 }  // namespace
 
@@ -669,7 +661,7 @@ namespace {
 void expect_recompute_bit_identical(const Layout& L, const std::string& mode, int layers = 0,
                                     const std::vector<std::string>& extra = {},
                                     const std::vector<std::string>& layout_only = {}, double tol = 1) {
-  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, wsize());
+  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, world_size());
   const std::string ini = base_deck(dataset("mixed"));
   auto layout_cfg = [&](const std::string& rc) {
     std::vector<std::string> ov = {"parallel.dp=" + std::to_string(L.dp), "parallel.pp=" + std::to_string(L.pp),
@@ -697,7 +689,7 @@ void expect_recompute_bit_identical(const Layout& L, const std::string& mode, in
     for (std::size_t j = 0; j < none.params[i].size(); ++j) differ += got.params[i][j] != none.params[i][j];
     EXPECT_EQ(differ, 0u) << what << ": " << none.names[i] << " differs in " << differ << " elements";
   }
-  if (wrank() == 0)
+  if (world_rank() == 0)
     std::printf("[recompute] %-50s %.2f s vs none %.2f s, loss %.6f -> %.6f (bit-identical)\n", what.c_str(),
                 got.seconds, none.seconds, got.loss.front(), got.loss.back());
   // And the layout still gives the 1-rank numbers with recompute on.
@@ -867,7 +859,7 @@ const std::vector<std::string> kBucketSizes = {"comm.bucket_mib=0.00001", "comm.
 /// layout: bitwise when `exact`, else within the reduction-order tolerance
 /// (1e-6 relative loss and grad norm; parameters 1e-5 relative + 1e-4·lr).
 void expect_buckets_match_unbucketed(const Layout& L, const std::vector<std::string>& extra, bool exact) {
-  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, wsize());
+  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, world_size());
   const std::string ini = base_deck(dataset("mixed"));
   auto layout_cfg = [&](const std::string& bucket) {
     std::vector<std::string> ov = {"parallel.dp=" + std::to_string(L.dp), "parallel.pp=" + std::to_string(L.pp),
@@ -903,7 +895,7 @@ void expect_buckets_match_unbucketed(const Layout& L, const std::vector<std::str
         bad += std::abs(a - r) > (exact ? 0.0 : 1e-5 * std::abs(r) + 1e-4 * cfg.optim.lr);
       }
     EXPECT_EQ(bad, 0u) << what << ": " << bad << " parameter elements differ from bucket_mib=0";
-    if (wrank() == 0)
+    if (world_rank() == 0)
       std::printf("[buckets] %-60s %.2f s vs unbucketed %.2f s, %zu elements not bitwise equal\n", what.c_str(),
                   got.seconds, plain.seconds, differ);
   }

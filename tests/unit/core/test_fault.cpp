@@ -83,7 +83,7 @@ TEST(FaultParser, BadValuesAreErrorsNamingTheVariable) {
   expect_rejected("stall:rank=x:step=1", "rank='x' is not a non-negative integer");
   expect_rejected("stall:rank=-1:step=1", "rank='-1' is not a non-negative integer");
   expect_rejected("stall:rank=1:step=2x", "step='2x' is not a non-negative integer");
-  expect_rejected("stall:rank=1:step=2:phase=optimizer", "phase='optimizer' is not step, forward, backward, ckpt_load or ckpt_save");
+  expect_rejected("stall:rank=1:step=2:phase=optimizer", "phase='optimizer' is not step, forward, backward, calibrate, ckpt_load or ckpt_save");
   expect_rejected("stall:rank=1:step=2:signal=KILL", "signal='KILL' is not STOP");
   expect_rejected("crash:rank=1:step=2:signal=TERM", "signal='TERM' is not KILL, ABRT or SEGV");
   expect_rejected("stall:rank=1:step=2:after_bytes=5", "'after_bytes' is not a field of stall");

@@ -4,6 +4,7 @@
 // model::ParamRegistry (no trainer), moments that are a pure function of
 // (name, global index) so the expected value of every element is computed
 // independently of the checkpoint code, and byte-level file damage.
+#include "test_util.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
 #include "wlb4d/io/checkpoint.hpp"
@@ -27,15 +28,7 @@ using Registry = wlb::model::ParamRegistry<float>;
 
 /// vocab 97 (uneven over tp=2 and 4), ffn 42 (uneven over 4), 5 layers
 /// (uneven over pp=2 and 4), head_dim 4, GQA 8/4.
-inline wlb::core::ModelConfig model_config() {
-  wlb::core::ModelConfig m;
-  m.layers = 5;
-  m.d_model = 32;
-  m.heads = 8;
-  m.kv_heads = 4;
-  m.ffn_hidden = 42;
-  return m;
-}
+inline wlb::core::ModelConfig model_config() { return wlb::test::tiny_model(5, 32, 8, 4, 42); }
 inline constexpr std::int64_t kVocab = 97;
 inline constexpr std::uint64_t kSeed = 1234;
 

@@ -129,6 +129,69 @@ TEST(Checkpoint, CostModelAttributesRoundTrip) {
   EXPECT_EQ(loaded.info.cost_b, in.cost_b);
 }
 
+// The training set's tokenizer travels with the checkpoint (export and
+// sampling decode with it); a file without it (older) reads as "not stored".
+TEST(Checkpoint, TokenizerRecordRoundTripsAndOlderFilesHaveNone) {
+  const std::string dir = fresh_dir("tokenizer");
+  OneRank w(model_config(), kSeed, true);
+  core::CheckpointConfig cc;
+  cc.dir = dir;
+  auto in = sample_info(model_config(), kVocab);
+  const std::string plain = io::save_checkpoint(cc, w.g, w.st->tensors(), sample_state(1), in);
+  EXPECT_EQ(io::read_checkpoint_info(plain).tokenizer, "");
+  EXPECT_EQ(io::read_checkpoint_tokenizer_model(plain), "");
+  in.tokenizer = "sentencepiece";
+  in.tokenizer_vocab = kVocab - 7;  // 7 padding rows
+  in.eos_id = 2;
+  in.bos_id = 1;
+  std::string model(200000, '\0');  // > one 64 Ki chunk; every byte value
+  for (std::size_t i = 0; i < model.size(); ++i) model[i] = char((i * 131 + i / 7) & 0xFF);
+  in.tokenizer_model = model;
+  const std::string path = io::save_checkpoint(cc, w.g, w.st->tensors(), sample_state(2), in);
+  const auto info = io::read_checkpoint_info(path);
+  EXPECT_EQ(info.tokenizer, "sentencepiece");
+  EXPECT_EQ(info.tokenizer_vocab, kVocab - 7);
+  EXPECT_EQ(info.eos_id, 2);
+  EXPECT_EQ(info.bos_id, 1);
+  EXPECT_EQ(io::read_checkpoint_tokenizer_model(path), model);
+  io::verify_checkpoint(path);
+  // A tokenizer record that contradicts the model record is damage.
+  {
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const std::int64_t big = kVocab + 1;
+    hid_t at = H5Aopen(f, "tokenizer_vocab", H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(at, H5T_NATIVE_INT64, &big), 0);
+    H5Aclose(at);
+    H5Fclose(f);
+  }
+  try {
+    io::read_checkpoint_info(path);
+    ADD_FAILURE() << "tokenizer_vocab above vocab_size was accepted";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "attribute tokenizer_vocab = 98 is not in 1 .. vocab_size = 97")) << e.what();
+  }
+}
+
+// read_model_tensor (what an export streams) returns the stored tensor at its
+// global shape, equal to what a load puts into the model.
+TEST(Checkpoint, ReadModelTensorEqualsTheLoadedParameter) {
+  const std::string path = save(fresh_dir("read_tensor"), 3);
+  OneRank r(model_config(), kSeed + 1, false);
+  io::load_checkpoint(path, r.g, r.st->tensors(), model_config(), kVocab);
+  for (const auto& t : r.st->tensors()) {
+    const auto x = io::read_model_tensor(path, t.name);
+    ASSERT_EQ(std::int64_t(x.size()), t.count[0] * (t.count.size() > 1 ? t.count[1] : 1)) << t.name;
+    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], t.value[i]) << t.name << "[" << i << "]";
+  }
+  try {
+    io::read_model_tensor(path, "layers.9.attn.wq");
+    ADD_FAILURE() << "an unknown tensor name was read";
+  } catch (const core::CheckpointError& e) {
+    EXPECT_TRUE(contains(e.what(), "holds no tensor 'layers.9.attn.wq'")) << e.what();
+  }
+}
+
 TEST(Checkpoint, SummaryNormsMatchAnIndependentComputation) {
   const std::string path = save(fresh_dir("summary"), 5);
   Registry full(model_config(), kVocab, model::ModelShard{});

@@ -22,7 +22,7 @@
 // 4. The weight copies are refreshed after an update (mark_weights_updated /
 //    zero_grad) and a bf16 overflow (a master weight finite in fp32 whose bf16
 //    copy is inf) reaches the NaN/inf check, which names step and tensor.
-#include "model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/core/bf16.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/grid/process_grid.hpp"
@@ -38,7 +38,7 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
 
@@ -196,17 +196,6 @@ TEST(Bf16Layers, LinearForwardAndBackwardWithinTwoUnitRoundoffs) {
 
 namespace {
 
-core::ModelConfig small_cfg() {
-  core::ModelConfig c;
-  c.layers = 2;
-  c.d_model = 64;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn_hidden = 160;
-  c.init_std = 0.02;
-  return c;
-}
-
 std::vector<token_t> ids(std::int64_t T, std::int64_t V, std::mt19937_64& rng) {
   std::uniform_int_distribution<int> u(0, int(V) - 1);
   std::vector<token_t> r(T);
@@ -217,7 +206,7 @@ std::vector<token_t> ids(std::int64_t T, std::int64_t V, std::mt19937_64& rng) {
 }  // namespace
 
 TEST(Bf16Transformer, WholeModelLossAndGradientsNearFp32) {
-  const auto cfg = small_cfg();
+  const auto cfg = tiny_model(2, 64, 4, 2, 160);
   const std::int64_t V = 101, T = 96;
   std::mt19937_64 rng(5);
   const auto mb = make_micro_batch({0, 40, 41, 96}, ids(T, V, rng));
@@ -247,7 +236,7 @@ TEST(Bf16Transformer, WholeModelLossAndGradientsNearFp32) {
 }
 
 TEST(Bf16Transformer, CopiesFollowTheMasterAfterAnUpdate) {
-  const auto cfg = small_cfg();
+  const auto cfg = tiny_model(2, 64, 4, 2, 160);
   const std::int64_t V = 101, T = 32;
   std::mt19937_64 rng(6);
   const auto mb = make_micro_batch({0, 32}, ids(T, V, rng));
@@ -275,7 +264,7 @@ TEST(Bf16Transformer, CopiesFollowTheMasterAfterAnUpdate) {
 }
 
 TEST(Bf16Transformer, OverflowToInfInBf16IsCaughtNamingStepAndTensor) {
-  const auto cfg = small_cfg();
+  const auto cfg = tiny_model(2, 64, 4, 2, 160);
   const std::int64_t V = 101, T = 32;
   std::mt19937_64 rng(7);
   const auto mb = make_micro_batch({0, 32}, ids(T, V, rng));

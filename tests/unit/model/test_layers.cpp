@@ -1,6 +1,6 @@
 // Layer kernels (layers.hpp): forwards against naive host loops, backwards
 // against central finite differences in fp64 (relative error ≤ 1e-6).
-#include "model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/model/layers.hpp"
 
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Parameter registry: names, shapes, shards, flags, and layout-independent
 // initialisation (every TP/PP shard equals the matching slice of the 1-rank model).
-#include "model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/model/params.hpp"
 
@@ -10,20 +10,12 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
 
-core::ModelConfig small_cfg() {
-  core::ModelConfig c;
-  c.layers = 3;
-  c.d_model = 16;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn_hidden = 25;  // odd: uneven FFN shards on tp=2
-  c.init_std = 0.02;
-  return c;
-}
+// 3 layers; FFN 25: uneven FFN shards on tp = 2.
+const core::ModelConfig kModel = tiny_model(3, 16, 4, 2, 25);
 
 }  // namespace
 
@@ -36,7 +28,7 @@ TEST(ModelParams, SplitRangeUneven) {
 }
 
 TEST(ModelParams, NamesShapesOrderFlags) {
-  const auto cfg = small_cfg();
+  const auto cfg = kModel;
   ParamRegistry<float> reg(cfg, 97, ModelShard{});
   ASSERT_EQ(reg.size(), 1u + 9u * 3u + 2u);
   EXPECT_EQ(reg[0].name, "embed.weight");
@@ -65,7 +57,7 @@ TEST(ModelParams, NamesShapesOrderFlags) {
 }
 
 TEST(ModelParams, ShardValidationErrors) {
-  auto cfg = small_cfg();
+  auto cfg = kModel;
   ModelShard s;
   s.tp_size = 4;  // kv_heads = 2 is not divisible by 4
   EXPECT_THROW(ParamRegistry<float>(cfg, 97, s), core::ConfigError);
@@ -78,7 +70,7 @@ TEST(ModelParams, ShardValidationErrors) {
 }
 
 TEST(ModelParams, InitInvariantUnderTensorAndPipelineSharding) {
-  const auto cfg = small_cfg();
+  const auto cfg = kModel;
   const std::uint64_t seed = 42;
   ParamRegistry<double> full(cfg, 97, ModelShard{});
   full.init_parameters(seed);
@@ -116,7 +108,7 @@ TEST(ModelParams, InitInvariantUnderTensorAndPipelineSharding) {
 }
 
 TEST(ModelParams, InitStatistics) {
-  auto cfg = small_cfg();
+  auto cfg = kModel;
   cfg.d_model = 64;
   cfg.ffn_hidden = 256;
   ParamRegistry<double> reg(cfg, 300, ModelShard{});
@@ -146,7 +138,7 @@ TEST(ModelParams, InitStatistics) {
 // param_shapes (what checkpoint readers check files against) lists exactly the
 // full registry's tensors, and a TP shard's local shapes are split_range of it.
 TEST(ModelParams, ParamShapesListTheFullRegistry) {
-  const auto cfg = small_cfg();
+  const auto cfg = kModel;
   const auto shapes = param_shapes(cfg, 97);
   ParamRegistry<float> reg(cfg, 97, ModelShard{});
   ASSERT_EQ(shapes.size(), reg.size());

@@ -4,6 +4,7 @@
 // Kokkos memory. Counted with a Kokkos::Tools allocate_data callback, which
 // sees every View allocation (labelled or not) in every memory space
 // (team scratch of a kernel included, when it has to grow).
+#include "test_util.hpp"
 #include "wlb4d/model/batch.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/optim/adamw.hpp"
@@ -40,16 +41,8 @@ std::vector<token_t> ids(std::int64_t T, std::int64_t V, std::mt19937_64& rng) {
 /// One model, two micro-batches per step. split: B of both, then their W's
 /// (the split backward of zero-bubble schedules, W stashes in use under recompute).
 static void expect_no_step_allocations(bool split, const char* recompute, bool bf16 = false) {
-  core::ModelConfig c;
+  core::ModelConfig c = test::tiny_model(2, 64, 4, 2, 96);
   c.recompute = recompute;
-  c.layers = 2;
-  c.d_model = 64;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn_hidden = 96;
-  c.rope_theta = 10000;
-  c.norm_eps = 1e-5;
-  c.init_std = 0.02;
   const std::int64_t vocab = 101;
   Transformer<float> model(c, vocab, ModelShard{}, comm::Communicator(), 2, 160, false, split ? 2 : 1, bf16);
   model.params().init_parameters(7);

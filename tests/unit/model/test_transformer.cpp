@@ -2,7 +2,7 @@
 // 2-layer multi-document micro-batch against central finite differences in
 // fp64, pipeline-stage inputs/outputs, micro-batch slots, the initial loss,
 // the micro-batch builder, the FLOP formula, and a timing probe.
-#include "model_test_util.hpp"
+#include "test_util.hpp"
 #include "wlb4d/model/attention.hpp"
 #include "wlb4d/model/layers.hpp"
 #include "wlb4d/model/transformer.hpp"
@@ -15,22 +15,9 @@
 
 using namespace wlb;
 using namespace wlb::model;
-using namespace wlb::model::test;
+using namespace wlb::test;
 
 namespace {
-
-core::ModelConfig tiny_cfg() {
-  core::ModelConfig c;
-  c.layers = 2;
-  c.d_model = 16;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.ffn_hidden = 24;
-  c.rope_theta = 10000;
-  c.norm_eps = 1e-5;
-  c.init_std = 0.02;
-  return c;
-}
 
 constexpr std::int64_t kVocab = 23;
 const std::vector<std::int64_t> kCu = {0, 5, 6, 13};  // documents of 5, 1 and 7 tokens
@@ -95,7 +82,7 @@ TEST(ModelBatch, BuildsPositionsLabelsAndKeyRanges) {
 }
 
 TEST(ModelFlops, Formula) {
-  const auto c = tiny_cfg();
+  const auto c = tiny_model();
   const std::int64_t per_layer = 2 * 16 * 16 + 2 * 16 * 8 + 3 * 16 * 24;
   EXPECT_EQ(matmul_params(c, kVocab), 2 * per_layer + kVocab * 16);
   EXPECT_DOUBLE_EQ(model_flops(c, kVocab, 13, 44),
@@ -104,7 +91,7 @@ TEST(ModelFlops, Formula) {
 
 TEST(ModelTransformer, WholeModelParameterGradientsMatchFiniteDifferences) {
   std::mt19937_64 rng(11);
-  const auto cfg = tiny_cfg();
+  const auto cfg = tiny_model();
   Transformer<double> model(cfg, kVocab, ModelShard{}, comm::Communicator(), 1, 16);
   randomise(model.params(), rng);
   const auto mb = make_micro_batch(kCu, random_ids(13, kVocab, rng));
@@ -125,7 +112,7 @@ TEST(ModelTransformer, WholeModelParameterGradientsMatchFiniteDifferences) {
 
 TEST(ModelTransformer, MiddleStageInputAndParameterGradients) {
   std::mt19937_64 rng(12);
-  const auto cfg = tiny_cfg();
+  const auto cfg = tiny_model();
   ModelShard s;
   s.embedding = false;
   s.head = false;
@@ -156,7 +143,7 @@ TEST(ModelTransformer, MiddleStageInputAndParameterGradients) {
 
 TEST(ModelTransformer, LastStageInputGradient) {
   std::mt19937_64 rng(13);
-  const auto cfg = tiny_cfg();
+  const auto cfg = tiny_model();
   ModelShard s;
   s.embedding = false;
   s.layer_begin = 1;
@@ -178,7 +165,7 @@ TEST(ModelTransformer, LastStageInputGradient) {
 
 TEST(ModelTransformer, SlotsAreIndependentAndGradientsAccumulate) {
   std::mt19937_64 rng(14);
-  const auto cfg = tiny_cfg();
+  const auto cfg = tiny_model();
   Transformer<double> a(cfg, kVocab, ModelShard{}, comm::Communicator(), 2, 13);
   Transformer<double> b(cfg, kVocab, ModelShard{}, comm::Communicator(), 1, 13);
   a.params().init_parameters(3);
@@ -283,7 +270,7 @@ TEST(ModelTransformer, SplitBackwardWithDelayedWeightIsBitIdenticalToFused) {
   for (const char* rc : {"none", "selective", "full"})
     for (bool whole : {true, false}) {
       SCOPED_TRACE(testing::Message() << "recompute=" << rc << (whole ? " whole model" : " middle stage"));
-      auto cfg = tiny_cfg();
+      auto cfg = tiny_model();
       cfg.recompute = rc;
       ModelShard s;
       s.embedding = s.head = whole;

@@ -1,6 +1,7 @@
 // A tiny model must memorise one fixed multi-document batch with AdamW:
 // end-to-end evidence that forward, hand-written backward and the optimizer
 // agree (a sign error anywhere stalls the loss).
+#include "test_util.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/optim/adamw.hpp"
 
@@ -12,12 +13,7 @@
 using namespace wlb;
 
 TEST(Overfit, TinyModelMemorisesFixedBatch) {
-  core::ModelConfig cfg;
-  cfg.layers = 2;
-  cfg.d_model = 64;
-  cfg.heads = 4;
-  cfg.kv_heads = 2;
-  cfg.ffn_hidden = 128;
+  const core::ModelConfig cfg = test::tiny_model(2, 64, 4, 2, 128);
   const std::int64_t vocab = 48;
   model::Transformer<float> m(cfg, vocab, model::ModelShard{}, comm::Communicator::self(), 1, 128);
   m.params().init_parameters(42);

@@ -42,7 +42,9 @@
 ///
 /// Fault points P: "step" (default; start of Trainer::step), "forward" and
 /// "backward" (the first forward / backward action of the step in the
-/// pipeline executor), "ckpt_load" (the trainer, before it reads the
+/// pipeline executor), "calibrate" (the trainer's start-up, before it times
+/// the cost model under balance.calibrate=true; step -1), "ckpt_load" (the
+/// trainer, before it reads the
 /// checkpoint it resumes from; step -1), "ckpt_save" (a writer rank inside
 /// the checkpoint write, right after the collective file creation; step = the
 /// checkpoint's step, i.e. the steps done). The message of a fired fault
@@ -60,7 +62,7 @@ namespace wlb::core {
 /// One parsed WLB4D_FAULT value (kind empty: no fault).
 struct FaultSpec {
   std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free, calib_load
-  std::string phase = "step";    ///< step, forward, backward, ckpt_load, ckpt_save (stall/crash/delay)
+  std::string phase = "step";    ///< step, forward, backward, calibrate, ckpt_load, ckpt_save (stall/crash/delay)
   int rank = -1;                 ///< world rank (stall, crash, ckpt_write)
   std::int64_t step = -1;        ///< 0-based step (stall, crash)
   long long after_bytes = -1;    ///< ckpt_write

@@ -36,6 +36,9 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   /// The end-of-document id appended after every document.
   virtual int eos_id() const = 0;
+  /// The beginning-of-sequence id, -1 when the tokenizer has none (bytes).
+  /// wlb4d never prepends it to documents; exported configs carry it.
+  virtual int bos_id() const = 0;
   /// Encodes text (any bytes; see the class notes for invalid UTF-8). No EOS.
   virtual std::vector<token_t> encode(std::string_view text) const = 0;
   /// Decodes ids [ids, ids+n); EOS is dropped.
@@ -54,6 +57,7 @@ class ByteTokenizer final : public Tokenizer {
   std::string name() const override { return "bytes"; }
   int vocab_size() const override { return kVocab; }
   int eos_id() const override { return kEos; }
+  int bos_id() const override { return -1; }
   std::vector<token_t> encode(std::string_view text) const override;
   using Tokenizer::decode;
   std::string decode(const token_t* ids, std::size_t n) const override;
@@ -91,6 +95,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string name() const override { return "sentencepiece"; }
   int vocab_size() const override;
   int eos_id() const override;
+  int bos_id() const override;  ///< the model's <s> (-1 if it has none)
+  int unk_id() const;           ///< the model's <unk> (-1 if it has none)
+  /// The piece of an id ("<s>", "</s>", "▁the", "<0x0A>", ...).
+  /// \throws core::DataError for an id outside [0, vocab_size).
+  std::string piece(int id) const;
   std::vector<token_t> encode(std::string_view text) const override;
   using Tokenizer::decode;
   std::string decode(const token_t* ids, std::size_t n) const override;

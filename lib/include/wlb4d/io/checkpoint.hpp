@@ -66,7 +66,13 @@
 ///     run's train.precision; absent in older files; the stored tensors are
 ///     fp32 master weights and fp32 state either way), cost_source (string)
 ///     and cost_a, cost_b, cost_c (float64): the balancing cost model the
-///     writing run planned with (CheckpointInfo; absent in older files).
+///     writing run planned with (CheckpointInfo; absent in older files),
+///     tokenizer (string "bytes" | "sentencepiece"), tokenizer_vocab,
+///     eos_id, bos_id (int64; -1: none): the training set's tokenizer, so
+///     that a checkpoint can be exported, sampled and evaluated on its own
+///     (absent in older files, which still load).
+///   /tokenizer/model  uint8 [n]: the serialized sentencepiece model (only
+///                     when tokenizer = sentencepiece), chunked + Fletcher32.
 ///
 /// ## Shapes before reads
 /// Every reader (load, verify, inspect) first checks the model record (the
@@ -188,6 +194,17 @@ struct CheckpointInfo {
   /// not empty. Read: "" when absent (older files).
   std::string cost_source;
   double cost_a = 0, cost_b = 0, cost_c = 0;
+  /// The training set's tokenizer (data::Tokenizer): "bytes" or
+  /// "sentencepiece"; "" when not stored (older files; save then writes none).
+  std::string tokenizer;
+  /// The dataset's vocabulary (token ids < it); vocab above it is the
+  /// padding of model.vocab_size (rows an export trims). 0 when not stored.
+  std::int64_t tokenizer_vocab = 0;
+  std::int64_t eos_id = -1;  ///< end-of-document id (-1: not stored)
+  std::int64_t bos_id = -1;  ///< beginning-of-sequence id (-1: none; the bytes tokenizer has none)
+  /// Save: the serialized sentencepiece model, written to /tokenizer/model
+  /// ("" for bytes). Read: left empty (read_checkpoint_tokenizer_model()).
+  std::string tokenizer_model;
   // Filled by save/read; ignored on input to save_checkpoint():
   int layout[4] = {1, 1, 1, 1};  ///< writer's dp, pp, cp, tp
   std::string program_version;   ///< core::kVersion of the writer
@@ -311,6 +328,18 @@ std::vector<TensorSummary> summarize_checkpoint(const std::string& path);
 
 /// /state of a checkpoint (serial). \throws core::CheckpointError.
 TrainState read_train_state(const std::string& path);
+
+/// The serialized sentencepiece model stored in /tokenizer/model (serial;
+/// Fletcher32 checked); "" when the checkpoint stores none (the bytes
+/// tokenizer, or an older file). \throws core::CheckpointError naming the file.
+std::string read_checkpoint_tokenizer_model(const std::string& path);
+
+/// Reads parameter tensor /model/<name> at its global shape (row-major fp32,
+/// serial, Fletcher32 checked), one tensor at a time: an export streams a
+/// checkpoint through memory one tensor at once. `name` must be one of the
+/// file's `tensors` list; its shape is checked against the model record
+/// before the read. \throws core::CheckpointError naming the file and tensor.
+std::vector<float> read_model_tensor(const std::string& path, const std::string& name);
 
 /// The checkpoint files listed in DIR/latest, newest first, as paths
 /// (DIR/name); empty if DIR/latest does not exist. Serial. `latest` is read

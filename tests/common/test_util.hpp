@@ -1,9 +1,17 @@
 #pragma once
-// Helpers shared by the model tests: random host/device data and a
-// finite-difference gradient check.
+/// \file test_util.hpp
+/// \brief Helpers shared by wlb4d's C++ tests (every test executable has
+/// tests/common on its include path, see tests/cmake/Wlb4dTesting.cmake):
+/// a Llama-shaped model small enough for exact checks, the world rank and
+/// size, a file name unique to one test run that every rank agrees on,
+/// random host/device data and a finite-difference gradient check.
+#include "wlb4d/core/config.hpp"
+#include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/types.hpp"
 
 #include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +20,38 @@
 #include <string>
 #include <vector>
 
-namespace wlb::model::test {
+namespace wlb::test {
+
+using core::world_rank;  // MPI_COMM_WORLD rank (0 before MPI_Init)
+using core::world_size;
+
+/// A tiny Llama-shaped model: `layers` blocks of width `d_model` with
+/// `heads` query and `kv_heads` key/value heads (GQA) and a SwiGLU of
+/// `ffn_hidden`. The defaults are the shape most model tests use: 2 layers,
+/// d_model 16, 4 heads over 2 KV heads (head_dim 4), ffn_hidden 24. An odd
+/// ffn_hidden (25) gives uneven FFN shards on tp = 2. init_std = 0.3 makes
+/// every non-linearity matter in finite-difference and layout checks; RoPE
+/// base and RMSNorm epsilon keep core::ModelConfig's defaults (10000, 1e-5).
+inline core::ModelConfig tiny_model(int layers = 2, int d_model = 16, int heads = 4, int kv_heads = 2,
+                                    int ffn_hidden = 24, double init_std = 0.02) {
+  core::ModelConfig c;
+  c.layers = layers;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn_hidden = ffn_hidden;
+  c.init_std = init_std;
+  return c;
+}
+
+/// "<stem>_<pid of world rank 0><suffix>": a name that concurrent runs of
+/// the suite (ctest -j, two build folders) do not share, the same on every
+/// rank (collective over MPI_COMM_WORLD: every rank must call it).
+inline std::string unique_name(const std::string& stem, const std::string& suffix) {
+  long id = world_rank() == 0 ? long(::getpid()) : 0;
+  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return stem + "_" + std::to_string(id) + suffix;
+}
 
 /// Fills a device View (any rank) with N(mean, std) values from `rng`.
 template <class V>
@@ -83,4 +122,4 @@ double dot(const std::vector<double>& r, const V& y) {
   return s;
 }
 
-}  // namespace wlb::model::test
+}  // namespace wlb::test
