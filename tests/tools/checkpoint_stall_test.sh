@@ -11,8 +11,9 @@
 #         rank 1 inside the step-10 write (after the collective file
 #         creation); step 5 was written before.
 #   load: a first run writes step 5; the second resumes (tp=2) and world
-#         rank 1 waits at fault point ckpt_load (WLB4D_FAULT=delay), where
-#         this script sends it SIGSTOP.
+#         rank 1 stops itself (SIGSTOP) at fault point ckpt_load, inside the
+#         load (WLB4D_FAULT=stall:...:phase=ckpt_load:signal=STOP): no race
+#         between this script's signal and rank 0's deadline on a loaded machine.
 set -u
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 ckpt=$5 src=$6
 work=$(mktemp -d /tmp/wlb4d-ckstall-XXXXXX)
@@ -33,7 +34,7 @@ if [ "$scenario" = load ]; then
   phase="checkpoint load" file=step_000005.h5
   timeout -s KILL 120 "$mpiexec" -n 2 "$wlb4d" "${common[@]}" --train.steps=5 --checkpoint.every=5 > first.log 2>&1 \
     || { cat first.log; fail "the first run (writing step 5) failed"; }
-  export WLB4D_FAULT=delay:rank=1:phase=ckpt_load:seconds=300
+  export WLB4D_FAULT=stall:rank=1:phase=ckpt_load:signal=STOP
   steps=10
 else
   export WLB4D_FAULT=stall:rank=1:step=10:phase=ckpt_save:signal=STOP
@@ -43,15 +44,6 @@ start=$(date +%s)
 timeout -s KILL 100 "$mpiexec" -n 2 "$wlb4d" "${common[@]}" --train.steps=$steps --checkpoint.every=5 \
   --checkpoint.resume=auto > out.log 2>&1 &
 job=$!
-if [ "$scenario" = load ]; then
-  for _ in $(seq 100); do
-    stopped_pid=$(grep -o "delaying at fault point ckpt_load, pid [0-9]*" out.log | grep -o "[0-9]*$")
-    [ -n "$stopped_pid" ] && break
-    sleep 0.3
-  done
-  [ -n "$stopped_pid" ] || { cat out.log; fail "rank 1 never reached fault point ckpt_load"; }
-  kill -STOP "$stopped_pid"
-fi
 wait $job
 rc=$?
 elapsed=$(( $(date +%s) - start ))
@@ -61,8 +53,10 @@ cat out.log
 [ "$elapsed" -le 60 ] || fail "took $elapsed s to end"
 if [ "$scenario" = save ]; then
   stopped_pid=$(grep -o "stalling at step 10 (fault point ckpt_save), pid [0-9]*" out.log | grep -o "[0-9]*$")
-  [ -n "$stopped_pid" ] || fail "the fault was not injected"
+else
+  stopped_pid=$(grep -o "stalling at fault point ckpt_load, pid [0-9]*" out.log | grep -o "[0-9]*$")
 fi
+[ -n "$stopped_pid" ] || fail "the fault was not injected"
 grep -Eq "\[r0\] wlb4d: error: $phase of $work/ck/$file: no progress for [0-9]+ s \(comm.timeout_s=5\).* world rank 1 \(pid $stopped_pid, stopped" out.log \
   || fail "no message from rank 0 names the $phase of $file and world rank 1 (pid $stopped_pid) as stopped"
 # No process of this job left: the stopped rank included.

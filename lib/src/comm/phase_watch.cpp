@@ -127,13 +127,16 @@ void copy_label(char* dst, std::size_t n, const std::string& src) {
     } catch (...) {
     }
   }
-  const std::string killed = end_stopped_peers();
+  // Said before the SIGKILL: the process manager ends this rank too as soon
+  // as it sees the stopped one die, possibly before a later print.
+  const std::string stopped = stopped_peers();
   msg += "; ending the job";
-  if (!killed.empty()) msg += " (SIGKILL sent to the stopped " + killed + ")";
+  if (!stopped.empty()) msg += " (SIGKILL sent to the stopped " + stopped + ")";
   if (!note.empty()) msg += "; " + note;
   std::fprintf(stderr, "[r%d] wlb4d: error: %s\n", w.world_rank, msg.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
+  end_stopped_peers();
   // MPI_THREAD_FUNNELED: the main thread is blocked inside MPI (that is why
   // we are here); MPI_Abort only tells the process manager to end the job.
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -168,11 +171,13 @@ int on_finalize(MPI_Comm, int, void*, void*) {
 }
 
 void before_abort() {
-  const std::string killed = end_stopped_peers();
-  if (!killed.empty())
-    std::fprintf(stderr, "[r%d] wlb4d: sent SIGKILL to the stopped %s of this host (a stopped process never handles "
-                         "the abort's SIGTERM and would outlive the job)\n",
-                 watch().world_rank, killed.c_str());
+  const std::string stopped = stopped_peers();  // said first, as in fire()
+  if (stopped.empty()) return;
+  std::fprintf(stderr, "[r%d] wlb4d: sending SIGKILL to the stopped %s of this host (a stopped process never handles "
+                       "the abort's SIGTERM and would outlive the job)\n",
+               watch().world_rank, stopped.c_str());
+  std::fflush(stderr);
+  end_stopped_peers();
 }
 
 }  // namespace
@@ -228,7 +233,10 @@ void init_phase_watch(const Communicator& world) {
   w.thread = std::thread([&w] { run(w); });
 }
 
-std::string end_stopped_peers() {
+namespace {
+/// The stopped ranks of this host ("world rank R (pid P)", comma separated);
+/// with `kill`, each is sent SIGKILL and listed only if that succeeded.
+std::string visit_stopped_peers(bool kill) {
   Watch& w = watch();
   std::string out;
   if (!w.slots) return out;
@@ -237,11 +245,15 @@ std::string end_stopped_peers() {
     const Slot& s = w.slots[i];
     char state = '?';
     if (!same_process(s, &state) || (state != 'T' && state != 't')) continue;
-    if (::kill(pid_t(s.pid.load()), SIGKILL) == 0)
+    if (!kill || ::kill(pid_t(s.pid.load()), SIGKILL) == 0)
       out += fmt::format("{}world rank {} (pid {})", out.empty() ? "" : ", ", s.world_rank.load(), s.pid.load());
   }
   return out;
 }
+}  // namespace
+
+std::string stopped_peers() { return visit_stopped_peers(false); }
+std::string end_stopped_peers() { return visit_stopped_peers(true); }
 
 PhaseWatch::PhaseWatch(const char* phase, std::string target, std::function<std::string()> on_timeout) {
   Watch& w = watch();

@@ -128,7 +128,10 @@ FaultSpec parse_fault(const std::string& text) {
   if (f.kind != "ckpt_free" && f.kind != "calib_load" && f.rank < 0) bad(text, f.kind + " needs rank=R");
   if (f.kind == "calib_load" && (f.sample < 0 || f.percent < 0))
     bad(text, "calib_load needs sample=K and percent=P");
-  if ((f.kind == "stall" || f.kind == "crash") && f.step < 0) bad(text, f.kind + " needs step=S");
+  // ckpt_load and calibrate happen once per start, outside any step.
+  const bool once = f.phase == "ckpt_load" || f.phase == "calibrate";
+  if ((f.kind == "stall" || f.kind == "crash") && f.step < 0 && !once)
+    bad(text, f.kind + " needs step=S (except at phase ckpt_load or calibrate)");
   if (f.kind == "delay" && f.seconds < 0) bad(text, "delay needs seconds=N");
   if (f.kind == "ckpt_write" && f.after_bytes < 0) bad(text, "ckpt_write needs after_bytes=N");
   if (f.kind == "ckpt_free" && f.free_bytes < 0) bad(text, "ckpt_free needs bytes=N");

@@ -38,6 +38,11 @@ TEST(FaultParser, DelayAnyStepUnlessGiven) {
   EXPECT_EQ(f.seconds, 3);
   EXPECT_EQ(f.step, -1);
   EXPECT_EQ(parse_fault("delay:rank=0:phase=backward:seconds=1:step=4").step, 4);
+  // Phases outside any step take a stall without step=S.
+  const auto load = parse_fault("stall:rank=1:phase=ckpt_load:signal=STOP");
+  EXPECT_EQ(load.kind, "stall");
+  EXPECT_EQ(load.phase, "ckpt_load");
+  EXPECT_EQ(load.step, -1);
 }
 
 // A real SIGSTOP inside the checkpoint write (the phase deadline's test).
@@ -78,7 +83,7 @@ void expect_rejected(const std::string& text, const std::string& why) {
 
 TEST(FaultParser, BadValuesAreErrorsNamingTheVariable) {
   expect_rejected("stal:rank=1:step=2", "unknown kind 'stal'");
-  expect_rejected("stall:rank=1", "stall needs step=S");
+  expect_rejected("stall:rank=1", "stall needs step=S (except at phase ckpt_load or calibrate)");
   expect_rejected("stall:step=1", "stall needs rank=R");
   expect_rejected("stall:rank=x:step=1", "rank='x' is not a non-negative integer");
   expect_rejected("stall:rank=-1:step=1", "rank='-1' is not a non-negative integer");

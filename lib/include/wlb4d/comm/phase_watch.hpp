@@ -47,6 +47,11 @@ void init_phase_watch(const Communicator& world);
 /// stopped rank never handles the SIGTERM of the teardown.
 std::string end_stopped_peers();
 
+/// The ranks end_stopped_peers() would end, without sending anything: an
+/// abort names them before the SIGKILL (the process manager may end this
+/// rank as soon as a peer dies).
+std::string stopped_peers();
+
 /// One phase of this rank (e.g. "checkpoint save"); armed from construction
 /// to destruction when wait_timeout() > 0 and init_phase_watch ran. Not
 /// nested: one phase at a time per process.

@@ -8,7 +8,8 @@
 ///                                     world rank R stops making progress (it
 ///                                     sleeps, as under SIGSTOP) when it
 ///                                     reaches fault point P of step S
-///                                     (0-based); signal=STOP: it sends
+///                                     (0-based; no step at phases ckpt_load
+///                                     and calibrate); signal=STOP: it sends
 ///                                     itself SIGSTOP (the whole process
 ///                                     stops, its threads too).
 ///   WLB4D_FAULT=crash:rank=R:step=S[:phase=P][:signal=KILL|ABRT|SEGV]
