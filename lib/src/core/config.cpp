@@ -281,6 +281,11 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(std::string, checkpoint, resume, "auto|never|<checkpoint path>",
               [](const std::string& v) { return v.empty() ? std::string("must be auto, never or a path") : std::string(); }),
       WLB_KEY(bool, checkpoint, at_end, "write a checkpoint when the run ends", any<bool>()),
+      WLB_KEY(std::string, checkpoint, init_from,
+              "start training from these weights (a wlb4d checkpoint of any layout, e.g. written by wlb4d-ckpt "
+              "import-hf): weights only, fresh optimizer, step 0; a checkpoint in checkpoint.dir (resume=auto) "
+              "takes precedence, so a restarted job resumes; refused with resume=<path> (empty: off)",
+              any<std::string>()),
       WLB_KEY(bool, checkpoint, overwrite,
               "with resume=never: replace an earlier run's step files and latest in checkpoint.dir and its "
               "log.timing_file/log.csv_file (false: refuse the run, naming them)",
@@ -646,6 +651,11 @@ void validate(const Config& c) {
                      p.virtual_stages, p.schedule));
   if (c.train.micro_batches % p.dp != 0)
     fail(fmt::format("parallel.dp={} must divide train.micro_batches={}", p.dp, c.train.micro_batches));
+  const auto& ck = c.checkpoint;
+  if (!ck.init_from.empty() && ck.resume != "auto" && ck.resume != "never")
+    fail(fmt::format("checkpoint.init_from={} and checkpoint.resume={} together: init_from starts a new run from "
+                     "weights (step 0, fresh optimizer), resume=<path> continues one; give one of them",
+                     ck.init_from, ck.resume));
   if (p.schedule == "interleaved" && p.virtual_stages > 1 && (c.train.micro_batches / p.dp) % p.pp != 0)
     fail(fmt::format("parallel.pp={} must divide train.micro_batches/parallel.dp={} (parallel.schedule=interleaved "
                      "with virtual_stages > 1; use 1f1b, gpipe or bfs, or change train.micro_batches)",

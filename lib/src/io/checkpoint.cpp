@@ -6,13 +6,16 @@
 #include "wlb4d/comm/phase_watch.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/hash.hpp"
+#include "wlb4d/core/param_shapes.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include <unistd.h>
@@ -138,7 +141,8 @@ struct CollectiveWrite {
   bool root_attrs(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
                   const CheckpointInfo& info) {
     try {
-      write_root_attrs(file.get(), tmp, grid, tensors, state, info);
+      const std::int32_t layout[4] = {grid.dp_size(), grid.pp_size(), grid.cp_size(), grid.tp_size()};
+      write_root_attrs(file.get(), tmp, layout, tensors, state, info);
     } catch (const CheckpointError& e) {
       err = e.what();
     }
@@ -405,11 +409,15 @@ std::string identity_mismatch(const CheckpointInfo& info, const core::ModelConfi
 }
 
 /// Reads this rank's shards of every held tensor (independent I/O).
-void read_tensors(hid_t f, const std::string& path, const std::vector<TensorRef>& tensors, hid_t dxpl) {
+void read_tensors(hid_t f, const std::string& path, const std::vector<TensorRef>& tensors, hid_t dxpl,
+                  bool weights_only) {
   for (const auto& t : tensors) {
     if (!t.held) continue;
     float* bufs[3] = {t.value, t.m, t.v};
-    for (int k = 0; k < 3; ++k) {
+    if (weights_only && (t.m || t.v))
+      fail(path, "is a weights-only checkpoint (no optimizer state, e.g. written by wlb4d-ckpt import-hf): start a "
+                 "run from it with checkpoint.init_from, it cannot be resumed");
+    for (int k = 0; k < (weights_only ? 1 : 3); ++k) {
       const std::string name = kKinds[k] + t.name;
       std::vector<std::int64_t> dims;
       H ds = open_dataset(f, name, path, &dims);
@@ -432,7 +440,7 @@ LoadedCheckpoint read_loaded(hid_t f, const std::string& path, const std::vector
   if (!same_model(out.info, model, vocab)) model_mismatch(f, path, tensors, out.info, model, vocab);
   const std::string ident = identity_mismatch(out.info, model);
   if (!ident.empty()) fail(path, "was written for another model: " + ident);
-  read_tensors(f, path, tensors, dxpl);
+  read_tensors(f, path, tensors, dxpl, out.info.weights_only);
   out.state = read_state(f, path, dxpl);
   if (out.state.step != out.info.step)
     fail(path, "/state/step = " + std::to_string(out.state.step) + " but the root attribute step = " +
@@ -554,7 +562,7 @@ std::vector<TensorSummary> summarize_checkpoint(const std::string& path) {
   H f = open_serial(path);
   const auto info = read_info(f.get(), path);
   std::vector<TensorSummary> out;
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < (info.weights_only ? 1 : 3); ++k)
     for (const auto& n : info.tensors) {
       TensorSummary s;
       s.dataset = kKinds[k] + n;
@@ -567,6 +575,87 @@ std::vector<TensorSummary> summarize_checkpoint(const std::string& path) {
       out.push_back(std::move(s));
     }
   return out;
+}
+
+void save_weights_checkpoint(const std::string& path, CheckpointInfo info, const TensorFill& fill) {
+  info.weights_only = true;
+  const std::string tmp = path + ".tmp";
+  std::vector<TensorRef> tensors;
+  for (const auto& p : core::param_shapes(info.model, info.vocab)) {
+    TensorRef t;
+    t.name = p.name;
+    t.global_shape = p.global_shape;
+    t.shard_dim = p.shard_dim;
+    tensors.push_back(std::move(t));
+  }
+  TrainState state;  // step 0, nothing consumed
+  h5::Quiet quiet;
+  const auto ok = [&](bool good, const std::string& what) {
+    if (!good) throw CheckpointError(prefix(tmp) + what + h5::reason());
+  };
+  try {
+    H fapl(H5Pcreate(H5P_FILE_ACCESS));
+    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);  // checksummed metadata, as save_checkpoint
+    H file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+    ok(file.valid(), "cannot create the file");
+    const std::int32_t layout[4] = {1, 1, 1, 1};
+    write_root_attrs(file.get(), tmp, layout, tensors, state, info);
+    for (const char* g : {"/model", "/state"}) ok(H(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)).valid(),
+                                                std::string("cannot create group ") + g);
+    std::uint64_t digest = 0;
+    std::vector<float> x;
+    for (const auto& t : tensors) {
+      x.clear();
+      fill(t.name, t.global_shape, x);
+      if (std::int64_t(x.size()) != numel(t.global_shape))
+        throw CheckpointError(prefix(tmp) + t.name + ": " + std::to_string(x.size()) + " values given for shape " +
+                              shape_string(t.global_shape));
+      const std::string name = kKinds[0] + t.name;
+      H ds(create_f32(file.get(), name, t.global_shape, chunk_dims(t.global_shape, t.shard_dim, 1)));
+      ok(ds.valid(), "cannot create dataset " + name);
+      const std::int32_t sd = t.shard_dim;
+      h5::write_attr<CheckpointError>(ds.get(), "shard_dim", H5T_NATIVE_INT32, &sd, 1, true, where(tmp),
+                                      h5::Wording::Checkpoint);
+      ok(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data()) >= 0, name + ": write failed");
+      digest += digest_part(digest_key(0, t.name), t.global_shape, std::vector<std::int64_t>(t.global_shape.size(), 0),
+                            t.global_shape, x.data());
+    }
+    const std::int64_t scalars[4] = {state.step, state.tokens_seen, state.stream_epoch, state.stream_position};
+    for (int k = 0; k < kNumState; ++k) {
+      hsize_t n = 0;
+      const void* buf = state_buffer(state, k, scalars, &n);
+      const hid_t type = k == kSeedState ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
+      H ds(create_state(file.get(), kStateNames[k], type, n));
+      ok(ds.valid(), std::string("cannot create dataset ") + kStateNames[k]);
+      if (n > 0) ok(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, kStateNames[k]);
+    }
+    digest += digest_state(state);
+    const struct {
+      const char* name;
+      hid_t type;
+      const void* value;
+    } extra[2] = {{kLastLossState, H5T_NATIVE_DOUBLE, &state.last_loss}, {kDigestState, H5T_NATIVE_UINT64, &digest}};
+    for (const auto& e : extra) {
+      H ds(create_state(file.get(), e.name, e.type, 1));
+      ok(ds.valid() && H5Dwrite(ds.get(), e.type, H5S_ALL, H5S_ALL, H5P_DEFAULT, e.value) >= 0,
+         std::string("cannot write ") + e.name);
+    }
+    if (!info.tokenizer_model.empty()) {
+      ok(H(H5Gcreate2(file.get(), kTokenizerGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)).valid(),
+         "cannot create group /tokenizer");
+      H ds(create_state(file.get(), kTokenizerModel, H5T_NATIVE_UINT8, info.tokenizer_model.size()));
+      ok(ds.valid() && H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                info.tokenizer_model.data()) >= 0,
+         "cannot write /tokenizer/model");
+    }
+    ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "H5Fflush failed");
+    ok(file.reset(), "H5Fclose failed");
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw CheckpointError(prefix(path) + "cannot rename " + tmp + ": " + std::strerror(errno));
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
 }
 
 std::string read_checkpoint_tokenizer_model(const std::string& path) {

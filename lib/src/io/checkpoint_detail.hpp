@@ -69,7 +69,8 @@ std::string tensor_list_text(const std::vector<TensorRef>& t);
 std::string model_string(const core::ModelConfig& m, std::int64_t vocab);
 
 /// Root attributes of a new checkpoint. \throws CheckpointError naming `path`.
-void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid& grid,
+/// layout: dp, pp, cp, tp of the writing run (1, 1, 1, 1 for a serial writer).
+void write_root_attrs(hid_t f, const std::string& path, const std::int32_t layout[4],
                       const std::vector<TensorRef>& tensors, const TrainState& state, const CheckpointInfo& info);
 /// Creates a chunked, Fletcher32 float dataset of global shape g (H5I_INVALID_HID on failure).
 hid_t create_f32(hid_t file, const std::string& name, const std::vector<std::int64_t>& g,

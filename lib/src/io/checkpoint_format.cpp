@@ -96,7 +96,7 @@ std::string model_string(const core::ModelConfig& m, std::int64_t vocab) {
 
 // ---- writing ----------------------------------------------------------------------------
 
-void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid& grid,
+void write_root_attrs(hid_t f, const std::string& path, const std::int32_t layout[4],
                       const std::vector<TensorRef>& tensors, const TrainState& state, const CheckpointInfo& info) {
   const std::string w = where(path);
   auto str = [&](const char* name, const std::string& v) {
@@ -109,8 +109,7 @@ void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid&
   i64("step", state.step);
   i64("tokens_seen", state.tokens_seen);
   str("deck", info.deck);
-  const std::int32_t lay[4] = {grid.dp_size(), grid.pp_size(), grid.cp_size(), grid.tp_size()};
-  h5::write_attr<CheckpointError>(f, "writer_layout", H5T_NATIVE_INT32, lay, 4, false, w, kW);
+  h5::write_attr<CheckpointError>(f, "writer_layout", H5T_NATIVE_INT32, layout, 4, false, w, kW);
   str("program_version", core::kVersion);
   str("git_sha", core::kGitSha);
   str("dataset_identity", info.dataset_identity);
@@ -130,6 +129,7 @@ void write_root_attrs(hid_t f, const std::string& path, const grid::ProcessGrid&
     h5::write_attr<CheckpointError>(f, "cost_b", H5T_NATIVE_DOUBLE, &info.cost_b, 1, true, w, kW);
     h5::write_attr<CheckpointError>(f, "cost_c", H5T_NATIVE_DOUBLE, &info.cost_c, 1, true, w, kW);
   }
+  if (info.weights_only) i64("weights_only", 1);  // no /optim: a start for checkpoint.init_from
   if (!info.tokenizer.empty()) {  // the training set's tokenizer (export, sampling)
     str("tokenizer", info.tokenizer);
     i64("tokenizer_vocab", info.tokenizer_vocab);
@@ -364,6 +364,7 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
     info.eos_id = attr_i64(f, "eos_id", path);
     info.bos_id = attr_i64(f, "bos_id", path);
   }
+  info.weights_only = h5::has_attr(f, "weights_only") && attr_i64(f, "weights_only", path) != 0;
   info.program_version = attr_string(f, "program_version", path);
   info.git_sha = attr_string(f, "git_sha", path);
   info.step = attr_i64(f, "step", path);
@@ -417,9 +418,10 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
     hsize_t s = 0;
     return H5Fget_filesize(f, &s) >= 0 ? s : hsize_t(0);
   }();
-  if (elems * 12 > (long double)(fsize))
+  const int kinds = info.weights_only ? 1 : 3;  // value (+ AdamW m and v)
+  if (elems * 4 * kinds > (long double)(fsize))
     fail(path, "model record (" + model_string(info.model, info.vocab) + ") needs " +
-                   std::to_string((unsigned long long)(elems * 12)) + " bytes of tensors but the file has " +
+                   std::to_string((unsigned long long)(elems * 4 * kinds)) + " bytes of tensors but the file has " +
                    std::to_string(fsize) + ": damaged model record or truncated file");
   info.tensors = split_lines(attr_string(f, "tensors", path));
   const auto expected = core::param_shapes(info.model, info.vocab);
@@ -442,14 +444,15 @@ VerifyPart verify_part(const std::string& path, int rank, int size) {
   try {
     H f = open_serial(path);
     const CheckpointInfo info = read_info(f.get(), path);
-    const std::size_t nt = info.tensors.size() * 3;
+    const std::size_t kinds = info.weights_only ? 1 : 3;  // value (+ AdamW m and v)
+    const std::size_t nt = info.tensors.size() * kinds;
     for (std::size_t i = std::size_t(rank); i < nt + kNumState; i += std::size_t(size)) {
       if (i < nt) {
-        const int k = int(i % 3);
-        const std::string& name = info.tensors[i / 3];
+        const int k = int(i % kinds);
+        const std::string& name = info.tensors[i / kinds];
         const std::uint64_t key = digest_key(k, name);
         std::uint64_t idx = 0;
-        scan_f32(f.get(), kKinds[k] + name, path, info.shapes[i / 3], [&](const float* x, std::size_t n) {
+        scan_f32(f.get(), kKinds[k] + name, path, info.shapes[i / kinds], [&](const float* x, std::size_t n) {
           out.sum += digest_span(key, idx, x, n);
           idx += n;
         });

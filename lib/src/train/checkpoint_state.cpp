@@ -92,6 +92,10 @@ void CheckpointState::push() {
   release();
 }
 
+void CheckpointState::push_values() {
+  for (std::size_t c = 0; c < chunks_.size(); ++c) Kokkos::deep_copy(chunks_[c]->values(), hv_[c]);
+}
+
 void CheckpointState::release() {
   if (!zero_) return;
   hm_.clear();

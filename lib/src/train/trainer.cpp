@@ -607,11 +607,34 @@ struct Trainer::Impl {
     return path;
   }
 
+  /// checkpoint.init_from: the values of any checkpoint (any layout; weights
+  /// only, e.g. imported from Hugging Face), resharded to this layout; the
+  /// optimizer, step, data stream and packer start fresh (collective).
+  void init_from_weights() {
+    const std::string& src = cfg.checkpoint.init_from;
+    io::verify_checkpoint(src, grid.world());  // every checksum and the digest, before a single value is used
+    auto refs = ckpt->tensors();
+    for (auto& t : refs) t.m = t.v = nullptr;  // values only
+    const auto r = io::load_checkpoint(src, grid, refs, cfg.model, vocab);
+    ckpt->push_values();
+    if (grid.rank() == 0)
+      spdlog::info("initialised from {} (checkpoint.init_from: its weights{}; written by wlb4d {} on "
+                   "dp={} pp={} cp={} tp={}); optimizer, data order and step start fresh at step 0",
+                   src, r.info.weights_only ? " (a weights-only checkpoint)" : fmt::format(" of step {}", r.info.step),
+                   r.info.program_version, r.info.layout[0], r.info.layout[1], r.info.layout[2], r.info.layout[3]);
+  }
+
   /// checkpoint.resume: values, moments, step, tokens, stream and packer state (collective).
   void resume() {
     // A newest checkpoint written for another model is skipped like a corrupt one (resume=auto).
     const auto path = resume_path();
-    if (!path) return;
+    if (!path) {
+      if (!cfg.checkpoint.init_from.empty()) init_from_weights();
+      return;
+    }
+    if (!cfg.checkpoint.init_from.empty() && grid.rank() == 0)
+      spdlog::info("checkpoint.init_from={} is not used: resuming the run from {} (a restarted job continues)",
+                   cfg.checkpoint.init_from, *path);
     ckpt->prepare_load();  // ZeRO-1: host staging for the whole moments
     const auto r = io::load_checkpoint(*path, grid, ckpt->tensors(), cfg.model, vocab);
     ckpt->push();

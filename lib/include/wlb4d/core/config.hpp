@@ -141,6 +141,10 @@ struct CheckpointConfig {
   /// dir, a non-empty log.timing_file / log.csv_file): false refuses the run
   /// before training; true removes them first (with a warning).
   bool overwrite = false;
+  /// Weights to start from (a checkpoint path; "" off): values only, fresh
+  /// optimizer, step 0. Used when no checkpoint is resumed (resume=never, or
+  /// auto with nothing in dir); refused together with resume=<path>.
+  std::string init_from;
 };
 
 /// [log]

@@ -202,6 +202,11 @@ struct CheckpointInfo {
   std::int64_t tokenizer_vocab = 0;
   std::int64_t eos_id = -1;  ///< end-of-document id (-1: not stored)
   std::int64_t bos_id = -1;  ///< beginning-of-sequence id (-1: none; the bytes tokenizer has none)
+  /// Root attribute weights_only = 1: the file holds /model and /state but
+  /// no /optim (wlb4d-ckpt import-hf, save_weights_checkpoint()). Such a
+  /// file starts a run (checkpoint.init_from, fresh optimizer, step 0); a
+  /// resume, which needs the moments, refuses it. Absent: false.
+  bool weights_only = false;
   /// Save: the serialized sentencepiece model, written to /tokenizer/model
   /// ("" for bytes). Read: left empty (read_checkpoint_tokenizer_model()).
   std::string tokenizer_model;
@@ -328,6 +333,23 @@ std::vector<TensorSummary> summarize_checkpoint(const std::string& path);
 
 /// /state of a checkpoint (serial). \throws core::CheckpointError.
 TrainState read_train_state(const std::string& path);
+
+/// Fills `out` (empty on entry) with tensor `name` of global shape `shape`,
+/// row-major fp32.
+using TensorFill =
+    std::function<void(const std::string& name, const std::vector<std::int64_t>& shape, std::vector<float>& out)>;
+
+/// Writes a weights-only checkpoint (format above: /model, /state of step 0,
+/// root attributes with weights_only = 1, no /optim; /tokenizer/model when
+/// info.tokenizer_model is set) serially, one tensor in memory at a time:
+/// fill() is called for every tensor of core::param_shapes(info.model,
+/// info.vocab) in that order. writer_layout is 1 1 1 1. Written as
+/// `path.tmp` and renamed when complete (nothing under `path` on failure).
+/// wlb4d-ckpt import-hf writes its output with it; verify and inspect read
+/// it, a run starts from it with checkpoint.init_from.
+/// \throws core::CheckpointError naming the file and the tensor (a wrong
+///         element count from fill, an HDF5 failure); fill's own exceptions pass through.
+void save_weights_checkpoint(const std::string& path, CheckpointInfo info, const TensorFill& fill);
 
 /// The serialized sentencepiece model stored in /tokenizer/model (serial;
 /// Fletcher32 checked); "" when the checkpoint stores none (the bytes

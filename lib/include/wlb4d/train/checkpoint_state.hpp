@@ -75,6 +75,9 @@ class CheckpointState {
   /// Host mirrors -> device (after load_checkpoint); under ZeRO-1 each rank
   /// keeps its own range of the loaded moments and the staging is freed.
   void push();
+  /// Copies the host values (only) into the model: checkpoint.init_from,
+  /// which loads weights and keeps the fresh optimizer state.
+  void push_values();
   /// Frees the ZeRO-1 staging (after save_checkpoint). Else a no-op.
   void release();
 
