@@ -40,7 +40,7 @@ print_summary() {
 }
 # Chained with &&: part() runs its command on the left of ||, where bash ignores set -e.
 debian() {
-  scripts/install-deps.sh && scripts/build.sh || return 1
+  scripts/install-deps.sh --test-peers && scripts/build.sh || return 1
   # One-node Slurm for the `slurm` ctest label (those tests skip if it cannot start).
   if [ "${WLB4D_START_SLURM:-1}" = 1 ]; then
     tests/slurm/start-slurm.sh || echo "slurm: not started, slurm tests will skip"

@@ -44,7 +44,7 @@ const std::map<std::string, int> kAreaRank = {
     {"model", 4},                   //
     {"pipeline", 5},                //
     {"optim", 6},    {"io", 6},     {"plan", 6},  //
-    {"train", 7},
+    {"train", 7},    {"hf", 7},  //
 };
 
 // Includes the rank order allows but the design forbids (rule c): {from, to, why}.
