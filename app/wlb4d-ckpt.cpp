@@ -90,6 +90,11 @@ int inspect(const std::string& path) {
   std::printf("model identity   rope_theta=%s norm_eps=%s\n",
               info.has_rope_norm ? fmt_g(info.model.rope_theta).c_str() : "(not stored)",
               info.has_rope_norm ? fmt_g(info.model.norm_eps).c_str() : "(not stored)");
+  if (info.model.rope_scaling != "none")
+    std::printf("rope scaling     %s factor=%s low_freq_factor=%s high_freq_factor=%s original_max_position=%d\n",
+                info.model.rope_scaling.c_str(), fmt_g(info.model.rope_factor).c_str(),
+                fmt_g(info.model.rope_low_freq_factor).c_str(), fmt_g(info.model.rope_high_freq_factor).c_str(),
+                info.model.rope_original_max_position);
   if (info.cost_source.empty())
     std::printf("cost model       (not stored)\n");
   else

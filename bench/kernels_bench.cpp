@@ -79,9 +79,10 @@ void BM_rope(benchmark::State& st) {
   fill(q, 1.f, 3);
   Kokkos::parallel_for(
       "pos", Kokkos::RangePolicy<wlb::ExecSpace>(0, kT), KOKKOS_LAMBDA(const std::int64_t t) { pos(t) = std::int32_t(t); });
+  const auto freq = wlb::model::rope_inv_freq_view(kHd, wlb::core::ModelConfig{});
   bool inv = false;
   for (auto _ : st) {
-    wlb::model::rope_apply(q, kT, pos, 10000.0, inv);
+    wlb::model::rope_apply(q, kT, pos, freq, inv);
     inv = !inv;
     Kokkos::fence();
   }

@@ -114,7 +114,10 @@ class HFLlama:
             self.cfg = json.load(f)
         c = self.cfg
         assert c["model_type"] == "llama" and c["architectures"] == ["LlamaForCausalLM"]
-        assert c.get("rope_scaling") in (None, {}), "this reference implements unscaled RoPE"
+        self.scaling = c.get("rope_scaling") or None
+        if self.scaling is not None:
+            kind = self.scaling.get("rope_type", self.scaling.get("type"))
+            assert kind == "llama3", f"this reference implements llama3 RoPE scaling, not {kind}"
         self.w = read_hf_weights(directory)
         self.d = c["hidden_size"]
         self.h = c["num_attention_heads"]
@@ -132,8 +135,25 @@ class HFLlama:
     def rms_norm(self, x, weight):
         return weight * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps))
 
-    def rope(self, x, pos):  # x [H][T][hd]
+    def inv_freq(self):
+        """RoPE frequencies; with llama3 scaling as transformers' _compute_llama3_parameters
+        (modeling_rope_utils.py) states it, vectorised with np.where as there."""
         inv_freq = 1.0 / (self.theta ** (np.arange(0, self.hd, 2, dtype=np.float64) / self.hd))
+        if self.scaling is None:
+            return inv_freq
+        r = self.scaling
+        factor, low, high = r["factor"], r["low_freq_factor"], r["high_freq_factor"]
+        old = r["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old / low, old / high
+        wavelen = 2 * np.pi / inv_freq
+        llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * llama / factor + smooth * llama
+        medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        return np.where(medium, smoothed, llama)
+
+    def rope(self, x, pos):  # x [H][T][hd]
+        inv_freq = self.inv_freq()
         freqs = np.outer(pos, inv_freq)
         emb = np.concatenate([freqs, freqs], axis=-1)
         return x * np.cos(emb)[None] + rotate_half(x) * np.sin(emb)[None]

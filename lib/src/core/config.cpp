@@ -161,11 +161,23 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(int, model, kv_heads, "key/value heads for GQA (count), divides heads", at_least(1)),
       WLB_KEY(int, model, ffn_hidden, "SwiGLU inner size (elements)", at_least(1)),
       WLB_KEY(double, model, rope_theta, "RoPE base frequency (dimensionless)", positive()),
+      WLB_KEY(std::string, model, rope_scaling,
+              "RoPE frequency scaling: none|llama3 (Llama 3.1's long-context scaling; rope_factor etc.)",
+              one_of({"none", "llama3"})),
+      WLB_KEY(double, model, rope_factor, "llama3 RoPE scaling: divisor of the low frequencies", positive()),
+      WLB_KEY(double, model, rope_low_freq_factor, "llama3 RoPE scaling: low_freq_factor (dimensionless)",
+              positive()),
+      WLB_KEY(double, model, rope_high_freq_factor,
+              "llama3 RoPE scaling: high_freq_factor (dimensionless, > rope_low_freq_factor)", positive()),
+      WLB_KEY(int, model, rope_original_max_position,
+              "llama3 RoPE scaling: the pre-training context length (tokens)", at_least(1)),
       WLB_KEY(double, model, norm_eps, "RMSNorm epsilon (dimensionless)", positive()),
       WLB_KEY(double, model, init_std, "std of the normal init of weight matrices", positive()),
       WLB_KEY(int, model, vocab_size,
               "embedding/LM-head rows (tokens); 0: the dataset's vocabulary, else padded size >= it",
               at_least(0)),
+      WLB_KEY(bool, model, tie_embeddings,
+              "LM head = token embedding (no lm_head.weight; Llama 3.2 1B/3B, GPT-2)", any<bool>()),
       WLB_KEY(std::string, model, recompute,
               "activation recompute: none|selective (norms, SwiGLU product)|full (whole layer forward)",
               one_of({"none", "selective", "full"})),
@@ -630,6 +642,14 @@ void validate(const Config& c) {
     fail(fmt::format("model.heads={} must divide model.d_model={}", m.heads, m.d_model));
   if (m.head_dim() % 2 != 0)
     fail(fmt::format("model.d_model/model.heads={} must be even (RoPE rotates pairs)", m.head_dim()));
+  if (m.tie_embeddings && p.pp == 1 && p.virtual_stages > 1)
+    fail(fmt::format("model.tie_embeddings=true with parallel.pp=1 needs parallel.virtual_stages=1 (got {}): the "
+                     "embedding and the LM head would be two chunks of one rank",
+                     p.virtual_stages));
+  if (m.rope_scaling == "llama3" && !(m.rope_high_freq_factor > m.rope_low_freq_factor))
+    fail(fmt::format("model.rope_high_freq_factor={} must exceed model.rope_low_freq_factor={} "
+                     "(model.rope_scaling=llama3 interpolates between the two wavelengths)",
+                     m.rope_high_freq_factor, m.rope_low_freq_factor));
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
     fail(fmt::format("model.kv_heads={} must divide model.heads={} (GQA)", m.kv_heads, m.heads));
   if (m.heads % p.tp != 0)

@@ -22,7 +22,7 @@ std::vector<ParamShape> param_shapes(const ModelConfig& cfg, std::int64_t vocab)
     out.push_back({pre + "mlp.w_down", {d, F}, 1, l});
   }
   out.push_back({"final_norm.weight", {d}, -1, -1});
-  out.push_back({"lm_head.weight", {vocab, d}, 0, -1});
+  if (!cfg.tie_embeddings) out.push_back({"lm_head.weight", {vocab, d}, 0, -1});
   return out;
 }
 

@@ -91,10 +91,20 @@ ordered_json llama_config(const io::CheckpointInfo& info, const core::Config& de
   c["num_hidden_layers"] = m.layers;
   c["rms_norm_eps"] = m.norm_eps;
   c["rope_theta"] = m.rope_theta;
-  c["rope_scaling"] = nullptr;
+  if (m.rope_scaling == "llama3") {
+    ordered_json r;
+    r["rope_type"] = "llama3";
+    r["factor"] = m.rope_factor;
+    r["low_freq_factor"] = m.rope_low_freq_factor;
+    r["high_freq_factor"] = m.rope_high_freq_factor;
+    r["original_max_position_embeddings"] = m.rope_original_max_position;
+    c["rope_scaling"] = r;
+  } else {
+    c["rope_scaling"] = nullptr;
+  }
   c["max_position_embeddings"] = deck.train.max_seq_len;
   c["vocab_size"] = info.tokenizer_vocab;
-  c["tie_word_embeddings"] = false;
+  c["tie_word_embeddings"] = m.tie_embeddings;
   c["bos_token_id"] = id_or_null(info.bos_id);
   c["eos_token_id"] = id_or_null(info.eos_id);
   c["hidden_act"] = "silu";

@@ -113,14 +113,27 @@ core::ModelConfig read_model(const ConfigReader& c, std::int64_t* vocab) {
                            std::to_string(m.d_model / m.heads) + " (wlb4d derives the head size from them)");
   if ((m.d_model / m.heads) % 2 != 0) c.fail("hidden_size", "/ num_attention_heads must be even (RoPE rotates pairs)");
   if (c.has("rope_scaling")) {
+    // Llama 3.1/3.2's frequency scaling (HF `_compute_llama3_parameters`);
+    // other schemes (linear, dynamic, yarn, longrope) would train a different model.
     const auto& r = c.raw("rope_scaling");
     const std::string type = r.is_object() ? r.value("rope_type", r.value("type", std::string())) : std::string();
-    c.fail("rope_scaling", "= " + r.dump() + (type == "llama3" ? " (llama3 frequency scaling) is not supported by this "
-                                                                 "build's model"
-                                                               : " is not supported (only null or type llama3)"));
+    if (type != "llama3")
+      c.fail("rope_scaling", "= " + r.dump() + " is not supported (only null or rope_type llama3)");
+    const auto num = [&](const char* k) {
+      if (!r.contains(k) || !r[k].is_number() || !(r[k].get<double>() > 0))
+        c.fail("rope_scaling", std::string("has no positive number '") + k + "' (llama3 scaling needs factor, "
+                               "low_freq_factor, high_freq_factor, original_max_position_embeddings)");
+      return r[k].get<double>();
+    };
+    m.rope_scaling = "llama3";
+    m.rope_factor = num("factor");
+    m.rope_low_freq_factor = num("low_freq_factor");
+    m.rope_high_freq_factor = num("high_freq_factor");
+    m.rope_original_max_position = int(num("original_max_position_embeddings"));
+    if (!(m.rope_high_freq_factor > m.rope_low_freq_factor))
+      c.fail("rope_scaling", "high_freq_factor must exceed low_freq_factor");
   }
-  if (c.flag("tie_word_embeddings", false))
-    c.fail("tie_word_embeddings", "= true is not supported by this build's model (separate embedding and LM head)");
+  m.tie_embeddings = c.flag("tie_word_embeddings", false);
   return m;
 }
 
@@ -194,8 +207,16 @@ std::string model_section(const core::ModelConfig& m, std::int64_t vocab) {
     << "heads = " << m.heads << "\n"
     << "kv_heads = " << m.kv_heads << "\n"
     << "ffn_hidden = " << m.ffn_hidden << "\n"
+    << (m.tie_embeddings ? "tie_embeddings = true\n" : "")
     << "rope_theta = " << fmt::format("{}", m.rope_theta) << "\n"
-    << "norm_eps = " << fmt::format("{}", m.norm_eps) << "\n"
+    << "norm_eps = " << fmt::format("{}", m.norm_eps) << "\n";
+  if (m.rope_scaling != "none")
+    o << "rope_scaling = " << m.rope_scaling << "\n"
+      << "rope_factor = " << fmt::format("{}", m.rope_factor) << "\n"
+      << "rope_low_freq_factor = " << fmt::format("{}", m.rope_low_freq_factor) << "\n"
+      << "rope_high_freq_factor = " << fmt::format("{}", m.rope_high_freq_factor) << "\n"
+      << "rope_original_max_position = " << m.rope_original_max_position << "\n";
+  o
     << "vocab_size = " << vocab << "\n";
   return o.str();
 }
@@ -260,7 +281,10 @@ ImportReport import_llama(const std::string& hfdir, const std::string& out_h5, c
   }
   for (auto& [name, file] : files)
     for (const auto& t : file->tensors())
-      if (!used.count(t.name) && t.name.find("rotary_emb.inv_freq") == std::string::npos)
+      // Ignored as transformers ignores them: buffers of older exports, and
+      // a stored lm_head.weight of a tied model (the head is the embedding).
+      if (!used.count(t.name) && t.name.find("rotary_emb.inv_freq") == std::string::npos &&
+          !(rep.model.tie_embeddings && t.name == "lm_head.weight"))
         throw CheckpointError(file->path() + ": tensor '" + t.name +
                               "' is not part of wlb4d's Llama (biases, other architectures): refusing a partial import");
   rep.files = int(files.size());

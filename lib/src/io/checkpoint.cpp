@@ -389,10 +389,11 @@ namespace {
 bool same_model(const CheckpointInfo& info, const core::ModelConfig& model, std::int64_t vocab) {
   const auto& im = info.model;
   return info.vocab == vocab && im.layers == model.layers && im.d_model == model.d_model &&
-         im.heads == model.heads && im.kv_heads == model.kv_heads && im.ffn_hidden == model.ffn_hidden;
+         im.heads == model.heads && im.kv_heads == model.kv_heads && im.ffn_hidden == model.ffn_hidden &&
+         im.tie_embeddings == model.tie_embeddings;
 }
 
-/// The model keys without a shape (RoPE base, RMSNorm epsilon) that differ
+/// The model keys without a shape (RoPE base and scaling, RMSNorm epsilon) that differ
 /// between the checkpoint and the deck: "model.rope_theta: the checkpoint
 /// has 10000, the deck 500000"; "" when they agree or were not stored.
 std::string identity_mismatch(const CheckpointInfo& info, const core::ModelConfig& model) {
@@ -405,6 +406,17 @@ std::string identity_mismatch(const CheckpointInfo& info, const core::ModelConfi
   };
   key("model.rope_theta", info.model.rope_theta, model.rope_theta);
   key("model.norm_eps", info.model.norm_eps, model.norm_eps);
+  if (info.model.rope_scaling != model.rope_scaling) {
+    if (!out.empty()) out += "; ";
+    out += fmt::format("model.rope_scaling: the checkpoint has {}, the deck {}", info.model.rope_scaling,
+                       model.rope_scaling);
+  } else if (model.rope_scaling != "none") {
+    key("model.rope_factor", info.model.rope_factor, model.rope_factor);
+    key("model.rope_low_freq_factor", info.model.rope_low_freq_factor, model.rope_low_freq_factor);
+    key("model.rope_high_freq_factor", info.model.rope_high_freq_factor, model.rope_high_freq_factor);
+    key("model.rope_original_max_position", info.model.rope_original_max_position,
+        model.rope_original_max_position);
+  }
   return out;
 }
 

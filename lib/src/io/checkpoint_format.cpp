@@ -91,7 +91,8 @@ std::string tensor_list_text(const std::vector<TensorRef>& t) {
 std::string model_string(const core::ModelConfig& m, std::int64_t vocab) {
   return "vocab=" + std::to_string(vocab) + " layers=" + std::to_string(m.layers) +
          " d_model=" + std::to_string(m.d_model) + " heads=" + std::to_string(m.heads) +
-         " kv_heads=" + std::to_string(m.kv_heads) + " ffn_hidden=" + std::to_string(m.ffn_hidden);
+         " kv_heads=" + std::to_string(m.kv_heads) + " ffn_hidden=" + std::to_string(m.ffn_hidden) +
+         (m.tie_embeddings ? " tie_embeddings" : "");
 }
 
 // ---- writing ----------------------------------------------------------------------------
@@ -119,8 +120,19 @@ void write_root_attrs(hid_t f, const std::string& path, const std::int32_t layou
   i64("model_heads", info.model.heads);
   i64("model_kv_heads", info.model.kv_heads);
   i64("model_ffn_hidden", info.model.ffn_hidden);
+  i64("model_tie_embeddings", info.model.tie_embeddings ? 1 : 0);
   h5::write_attr<CheckpointError>(f, "model_rope_theta", H5T_NATIVE_DOUBLE, &info.model.rope_theta, 1, true, w, kW);
   h5::write_attr<CheckpointError>(f, "model_norm_eps", H5T_NATIVE_DOUBLE, &info.model.norm_eps, 1, true, w, kW);
+  str("model_rope_scaling", info.model.rope_scaling);
+  if (info.model.rope_scaling != "none") {
+    const auto f64 = [&](const char* name, const double& v) {
+      h5::write_attr<CheckpointError>(f, name, H5T_NATIVE_DOUBLE, &v, 1, true, w, kW);
+    };
+    f64("model_rope_factor", info.model.rope_factor);
+    f64("model_rope_low_freq_factor", info.model.rope_low_freq_factor);
+    f64("model_rope_high_freq_factor", info.model.rope_high_freq_factor);
+    i64("model_rope_original_max_position", info.model.rope_original_max_position);
+  }
   str("tensors", tensor_list_text(tensors));
   str("train_precision", info.precision);
   if (!info.cost_source.empty()) {  // the balancing cost model, reused on resume (balance.calibrate)
@@ -403,17 +415,30 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
   info.model.heads = int(m[2]);
   info.model.kv_heads = int(m[3]);
   info.model.ffn_hidden = int(m[4]);
+  // Files written before tied embeddings existed have an LM head of their own.
+  info.model.tie_embeddings = h5::has_attr(f, "model_tie_embeddings") && attr_i64(f, "model_tie_embeddings", path) != 0;
   info.has_rope_norm = h5::has_attr(f, "model_rope_theta") && h5::has_attr(f, "model_norm_eps");
   if (info.has_rope_norm) {
     info.model.rope_theta = attr_f64(f, "model_rope_theta", path);
     info.model.norm_eps = attr_f64(f, "model_norm_eps", path);
+  }
+  // Files written before RoPE scaling joined the identity had none.
+  info.model.rope_scaling = h5::has_attr(f, "model_rope_scaling") ? attr_string(f, "model_rope_scaling", path) : "none";
+  if (info.model.rope_scaling == "llama3") {
+    info.model.rope_factor = attr_f64(f, "model_rope_factor", path);
+    info.model.rope_low_freq_factor = attr_f64(f, "model_rope_low_freq_factor", path);
+    info.model.rope_high_freq_factor = attr_f64(f, "model_rope_high_freq_factor", path);
+    info.model.rope_original_max_position = int(attr_i64(f, "model_rope_original_max_position", path));
+  } else if (info.model.rope_scaling != "none") {
+    fail(path, "attribute model_rope_scaling = '" + info.model.rope_scaling + "' is not none or llama3");
   }
   // Value, m and v of every element are stored (no fill, no compression):
   // a record implying more float32 than the file holds is damaged. long
   // double: no overflow for sizes up to 2^31.
   const long double d = m[1], kv = (long double)(m[3]) * (m[1] / m[2]), F = m[4];
   const long double per_layer = 2 * d + 2 * d * d + 2 * kv * d + 3 * F * d;
-  const long double elems = m[0] * per_layer + 2.0L * (long double)(info.vocab) * d + d;
+  const long double tables = info.model.tie_embeddings ? 1.0L : 2.0L;  // embedding (+ LM head)
+  const long double elems = m[0] * per_layer + tables * (long double)(info.vocab) * d + d;
   const hsize_t fsize = [&] {
     hsize_t s = 0;
     return H5Fget_filesize(f, &s) >= 0 ? s : hsize_t(0);

@@ -217,25 +217,57 @@ void rmsnorm_backward(const View2<Scalar>& x, std::int64_t T, const View1<Scalar
 
 // ---- RoPE -------------------------------------------------------------------------------------
 
+std::vector<double> rope_inv_freq(std::int64_t D, const core::ModelConfig& m) {
+  require(D > 0 && D % 2 == 0, "rope_inv_freq", "head_dim " + std::to_string(D) + " must be even");
+  std::vector<double> f(std::size_t(D / 2));
+  const double log_theta = std::log(m.rope_theta);
+  for (std::int64_t i = 0; i < D / 2; ++i) f[std::size_t(i)] = std::exp(-2.0 * double(i) / double(D) * log_theta);
+  if (m.rope_scaling == "none") return f;
+  require(m.rope_scaling == "llama3", "rope_inv_freq", "unknown model.rope_scaling '" + m.rope_scaling + "'");
+  const double pi = 3.14159265358979323846;
+  const double L = m.rope_original_max_position, lo = m.rope_low_freq_factor, hi = m.rope_high_freq_factor;
+  const double low_freq_wavelen = L / lo, high_freq_wavelen = L / hi;
+  for (auto& x : f) {
+    const double wavelen = 2.0 * pi / x;
+    if (wavelen < high_freq_wavelen) continue;
+    if (wavelen > low_freq_wavelen) {
+      x /= m.rope_factor;
+      continue;
+    }
+    const double s = (L / wavelen - lo) / (hi - lo);
+    x = (1.0 - s) * x / m.rope_factor + s * x;
+  }
+  return f;
+}
+
+View1<double> rope_inv_freq_view(std::int64_t D, const core::ModelConfig& m) {
+  const auto f = rope_inv_freq(D, m);
+  View1<double> v("wlb::model::rope_inv_freq", f.size());
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < f.size(); ++i) h(i) = f[i];
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
 template <class Scalar>
-void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, double theta, bool inverse) {
+void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, const View1<double>& inv_freq,
+                bool inverse) {
   const std::int64_t H = std::int64_t(x.extent(1));
   const std::int64_t D = std::int64_t(x.extent(2));
   require(D % 2 == 0, "rope_apply", "head_dim " + std::to_string(D) + " must be even");
   require(std::int64_t(x.extent(0)) >= T && std::int64_t(pos.extent(0)) >= T, "rope_apply",
           "x/pos extents do not fit T=" + std::to_string(T));
+  require(std::int64_t(inv_freq.extent(0)) == D / 2, "rope_apply",
+          "inv_freq has " + std::to_string(inv_freq.extent(0)) + " frequencies, head_dim/2 = " + std::to_string(D / 2));
   if (T == 0 || H == 0) return;
   const std::int64_t half = D / 2;
   const double sign = inverse ? -1.0 : 1.0;
-  const double log_theta = std::log(theta);
   // One work item per (token, frequency): the rotation angle (two fp64
   // transcendentals) is computed once and applied to every head, not once
   // per head (the per-element values are unchanged).
   Kokkos::parallel_for(
       "wlb::model::rope", MD2({0, 0}, {T, half}), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t i) {
-        // theta^(-2i/D) = exp(-2i/D · ln theta)
-        const double inv_freq = kmath::exp(-2.0 * double(i) / double(D) * log_theta);
-        const double ang = sign * double(pos(t)) * inv_freq;
+        const double ang = sign * double(pos(t)) * inv_freq(i);
         const Scalar c = Scalar(kmath::cos(ang));
         const Scalar s = Scalar(kmath::sin(ang));
         for (std::int64_t h = 0; h < H; ++h) {
@@ -525,7 +557,7 @@ void add_inplace(const View2<Scalar>& y, const View2<Scalar>& x, std::int64_t T)
                                    const View2<S>&, const View1<S>&);                                    \
   template void rmsnorm_backward<S>(const View2<S>&, std::int64_t, const View1<S>&, const View1<S>&,     \
                                     const View2<S>&, const View2<S>&, const View1<S>&, bool);            \
-  template void rope_apply<S>(const View3<S>&, std::int64_t, const IntVec&, double, bool);               \
+  template void rope_apply<S>(const View3<S>&, std::int64_t, const IntVec&, const View1<double>&, bool); \
   template void swiglu_forward<S>(const View2<S>&, const View2<S>&, std::int64_t, const View2<S>&);      \
   template void swiglu_backward<S>(const View2<S>&, const View2<S>&, const View2<S>&, std::int64_t,      \
                                    const View2<S>&, const View2<S>&);                                    \

@@ -112,8 +112,9 @@ ParamRegistry<Scalar>::ParamRegistry(const core::ModelConfig& cfg, std::int64_t 
   // Every sharded dimension splits by split_range: for heads this is the
   // whole-head split (validate_shard: tp divides heads and kv_heads).
   for (auto& s : param_shapes(cfg, vocab)) {
+    const bool tied_head = cfg.tie_embeddings && shard.head && s.name == "embed.weight";
     const bool mine = s.layer >= 0 ? (s.layer >= shard_.layer_begin && s.layer < shard_.layer_end)
-                                   : (s.name == "embed.weight" ? shard.embedding : shard.head);
+                                   : (s.name == "embed.weight" ? shard.embedding || tied_head : shard.head);
     if (!mine) continue;
     Param<Scalar> P;
     P.name = std::move(s.name);
@@ -127,6 +128,7 @@ ParamRegistry<Scalar>::ParamRegistry(const core::ModelConfig& cfg, std::int64_t 
     }
     P.decay = P.global_shape.size() == 2;
     P.tp_replicated = s.shard_dim < 0;
+    P.tied_replica = tied_head && !shard.embedding;
     params_.push_back(std::move(P));
   }
   std::size_t total = 0;

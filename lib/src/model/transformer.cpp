@@ -71,6 +71,7 @@ Transformer<Scalar>::Transformer(const core::ModelConfig& cfg, std::int64_t voca
   const int p = tp.size();
   d_ = cfg.d_model;
   D_ = cfg.head_dim();
+  rope_freq_ = rope_inv_freq_view(D_, cfg);
   hq_ = cfg.heads / p;
   hkv_ = cfg.kv_heads / p;
   f_ = split_range(cfg.ffn_hidden, p, tp.rank()).second;
@@ -114,7 +115,7 @@ void Transformer<Scalar>::resolve_params() {
   }
   if (s.head) {
     final_norm_ = idx("final_norm.weight");
-    lm_head_ = idx("lm_head.weight");
+    lm_head_ = idx(cfg_.tie_embeddings ? "embed.weight" : "lm_head.weight");
   }
 }
 
@@ -449,8 +450,8 @@ void Transformer<Scalar>::attention_block_forward(int slot, int l, const MicroBa
   lin_fwd(XN1g, P.wq, v2(Q3.data(), T, qd));
   lin_fwd(XN1g, P.wk, v2(K3.data(), T, kd));
   lin_fwd(XN1g, P.wv, v2(V3.data(), T, kd));
-  rope_apply(Q3, T, mb.positions, cfg_.rope_theta, false);
-  rope_apply(K3, T, mb.positions, cfg_.rope_theta, false);
+  rope_apply(Q3, T, mb.positions, rope_freq_, false);
+  rope_apply(K3, T, mb.positions, rope_freq_, false);
   const auto kv = kvx_->gather(params_.shard().layer_begin + l, slot, K3, V3);
   core_->forward(params_.shard().layer_begin + l, slot, Q3, kv.first, kv.second, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
                  Scalar(1.0 / std::sqrt(double(D_))), O3, LSE2);
@@ -762,8 +763,8 @@ void Transformer<Scalar>::attention_block_backward(BackwardPass& b, int l, const
   core_->backward(layer, b.slot, Q3, kv.first, kv.second, O3, DO3, LSE2, ci(mb.kv_lo, T), ci(mb.kv_hi, T),
                   Scalar(1.0 / std::sqrt(double(D_))), DQ3, dkv.first, dkv.second);
   kvx_->reduce_scatter(layer, b.slot, dkv.first, dkv.second, DK3, DV3);
-  rope_apply(DQ3, T, mb.positions, cfg_.rope_theta, true);
-  rope_apply(DK3, T, mb.positions, cfg_.rope_theta, true);
+  rope_apply(DQ3, T, mb.positions, rope_freq_, true);
+  rope_apply(DK3, T, mb.positions, rope_freq_, true);
   lin_bin(P.wq, DQ, b.dxn);
   lin_bin(P.wk, DK, b.dxn, Scalar(1));
   lin_bin(P.wv, DV, b.dxn, Scalar(1));

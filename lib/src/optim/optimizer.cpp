@@ -76,6 +76,13 @@ Optimizer::Optimizer(const core::OptimConfig& cfg, int total_steps, const grid::
     if (zero == 1 && G > 1) grad_shard_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "optim::grad_shard"), n);
     shards_.push_back(std::move(sh));
   }
+  // Tied embeddings across stages: the ranks holding embed.weight (pp rank 0,
+  // and P-1 as the head) form the embedding group. Collective over pp.
+  if (!chunks_.empty() && chunks_[0]->config().tie_embeddings && grid_.pp().size() > 1) {
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      if (const auto* p = chunks_[c]->find("embed.weight")) tied_ = p, tied_chunk_ = c;
+    embed_group_ = grid_.pp().split(tied_ ? 0 : comm::Communicator::kNoColor, grid_.pp().rank());
+  }
   // Buckets: whole tensors in reverse registry order, each closed once it
   // holds at least bucket_mib MiB (the last one may be smaller).
   const auto cap = std::int64_t(std::ceil(bucket_mib * 1024.0 * 1024.0 / double(sizeof(float))));
@@ -130,7 +137,11 @@ void Optimizer::start_bucket(std::size_t c, std::size_t k) {
 void Optimizer::grads_ready(std::size_t c, std::int64_t from) {
   if (c >= buckets_.size()) return;
   auto& k = next_bucket_[c];
-  while (k < buckets_[c].size() && buckets_[c][k].begin >= from) start_bucket(c, k++);
+  // A bucket holding the tied embedding waits for sum_tied_embedding_grads().
+  const auto tied_end =
+      tied_ && !tied_summed_ && c == tied_chunk_ ? std::int64_t(tied_->offset) + tied_->local_numel() : -1;
+  while (k < buckets_[c].size() && buckets_[c][k].begin >= from && !(buckets_[c][k].begin < tied_end))
+    start_bucket(c, k++);
   progress();
 }
 
@@ -156,9 +167,20 @@ template <class F> void Optimizer::for_each_owned(std::size_t c, F&& f) const {
   }
 }
 
+void Optimizer::sum_tied_embedding_grads() {
+  if (!embed_group_) return;
+  Kokkos::fence();
+  embed_group_->allreduce(tied_->grad);
+  tied_summed_ = true;
+}
+
 void Optimizer::reduce_gradients() {
   dp_in_flight_s_ = dp_exposed_s_ = 0;
-  if (grid_.dpcp().size() <= 1) return;
+  sum_tied_embedding_grads();  // before the DP reduction: it is linear, so the order is free
+  if (grid_.dpcp().size() <= 1) {
+    tied_summed_ = false;
+    return;
+  }
   bool bucketed = false;
   for (const auto& b : buckets_) bucketed |= !b.empty();
   if (bucketed) {
@@ -184,6 +206,7 @@ void Optimizer::reduce_gradients() {
     if (hi > lo) dp_in_flight_s_ += hi - lo;
     inflight_.clear();
     std::fill(next_bucket_.begin(), next_bucket_.end(), std::size_t(0));
+    tied_summed_ = false;
     take_reduced_shards();
     return;
   }
@@ -213,6 +236,7 @@ void Optimizer::reduce_gradients() {
       grid_.dpcp().reduce_scatterv_device(g.data(), grad_shard_[c].data(), shards_[c].counts);
     }
   }
+  tied_summed_ = false;
   take_reduced_shards();
   Kokkos::fence();
   dp_in_flight_s_ = dp_exposed_s_ = core::wall_seconds() - t0;
@@ -223,6 +247,7 @@ double Optimizer::global_grad_norm() const {
   for (std::size_t c = 0; c < chunks_.size(); ++c)
     for_each_owned(c, [&](const model::Param<float>& p, std::int64_t lo, std::int64_t hi) {
       if (p.tp_replicated && grid_.tp_rank() != 0) return;
+      if (p.tied_replica) return;  // the first stage counts embed.weight
       const auto& all = chunks_[c]->grads();
       sumsq += sum_of_squares(Kokkos::subview(all, std::make_pair(std::size_t(lo), std::size_t(hi))));
     });

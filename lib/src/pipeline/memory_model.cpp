@@ -136,7 +136,10 @@ MemoryEstimate predict_memory(const core::Config& cfg, std::int64_t vocab, int p
     const bool embedding = c == 0, head = c == p * v - 1;
     const double nl = lr.size();
     const double layer_params = 2 * d + 2 * qd * d + 2 * kd * d + 3 * F * d;
-    const double P = nl * layer_params + (embedding ? V * d : 0) + (head ? d + V * d : 0);
+    // Tied embeddings: one table when the embedding and the head share a chunk;
+    // on a last stage of its own, the head is a replica of the table.
+    const double head_table = mc.tie_embeddings && embedding ? 0 : V * d;
+    const double P = nl * layer_params + (embedding ? V * d : 0) + (head ? d + head_table : 0);
     params += P;
     chunk_max = std::max(chunk_max, P);
     if (bf16) {

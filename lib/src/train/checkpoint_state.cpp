@@ -107,6 +107,7 @@ std::string CheckpointState::describe(const model::ParamRegistry<float>& reg) {
   std::ostringstream o;
   o << "C\n";
   for (const auto& p : reg) {
+    if (p.tied_replica) continue;  // listed once, in the first stage's chunk
     o << p.name << ' ' << p.shard_dim << ' ' << p.global_shape.size();
     for (auto e : p.global_shape) o << ' ' << e;
     o << '\n';
@@ -193,7 +194,9 @@ void CheckpointState::build(const grid::ProcessGrid& grid) {
         const auto c = it->second.first;
         const auto& p = *it->second.second;
         t.held = true;
-        t.writer = replica0 && (!p.tp_replicated || grid.tp_rank() == 0);
+        // A tied-embedding replica (last stage) reads the tensor but never
+        // writes it: the first stage is its one writer.
+        t.writer = replica0 && (!p.tp_replicated || grid.tp_rank() == 0) && !p.tied_replica;
         t.start.assign(p.global_shape.size(), 0);
         if (p.shard_dim >= 0) t.start[std::size_t(p.shard_dim)] = p.shard_offset;
         t.count = p.local_shape;

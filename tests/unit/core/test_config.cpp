@@ -193,6 +193,16 @@ TEST(Config, CrossKeyRules) {
                       {"model.layers=2", "parallel.pp"});
   expect_config_error([] { parse_deck_text("[optim]\nlr = 1e-4\nmin_lr = 1e-3\n"); },
                       {"optim.min_lr", "optim.lr"});
+  expect_config_error(
+      [] { parse_deck_text("[model]\nrope_scaling = llama3\nrope_low_freq_factor = 4\nrope_high_freq_factor = 2\n"); },
+      {"model.rope_high_freq_factor=2 must exceed model.rope_low_freq_factor=4"});
+  expect_config_error([] { parse_deck_text("[model]\nrope_scaling = yarn\n"); }, {"model.rope_scaling=yarn"});
+  expect_config_error(
+      [] {
+        parse_deck_text("[model]\nlayers = 4\ntie_embeddings = true\n[parallel]\nschedule = interleaved\n"
+                        "virtual_stages = 2\n");
+      },
+      {"model.tie_embeddings=true with parallel.pp=1 needs parallel.virtual_stages=1"});
   expect_config_error([] { parse_deck_text("[parallel]\ndp = 3\n[train]\nmicro_batches = 4\n"); },
                       {"parallel.dp=3 must divide train.micro_batches=4"});
   // Interleaved 1F1B needs the per-replica micro-batch count to be a multiple of pp

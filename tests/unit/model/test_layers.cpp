@@ -150,11 +150,14 @@ TEST(ModelLayers, RopeHalfSplitForwardInverseAndFiniteDifferences) {
   const double theta = 10000.0;
   const std::vector<int> pos_h = {0, 1, 2, 0, 1, 0, 5};  // restarts per document
   auto pos = make_ints(pos_h);
+  core::ModelConfig mc;
+  mc.rope_theta = theta;
+  const auto freq = rope_inv_freq_view(D, mc);
   View3<double> x("x", T, H, D), x0("x0", T, H, D);
   fill_normal(x, rng);
   Kokkos::deep_copy(x0, x);
   const auto hx = host_vec(x);
-  rope_apply(x, T, pos, theta, false);
+  rope_apply(x, T, pos, freq, false);
   const auto hr = host_vec(x);
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < H; ++h)
@@ -164,7 +167,7 @@ TEST(ModelLayers, RopeHalfSplitForwardInverseAndFiniteDifferences) {
         EXPECT_NEAR(hr[a], hx[a] * std::cos(ang) - hx[b] * std::sin(ang), 1e-12);
         EXPECT_NEAR(hr[b], hx[b] * std::cos(ang) + hx[a] * std::sin(ang), 1e-12);
       }
-  rope_apply(x, T, pos, theta, true);
+  rope_apply(x, T, pos, freq, true);
   const auto back = host_vec(x);
   for (std::size_t i = 0; i < back.size(); ++i) EXPECT_NEAR(back[i], hx[i], 1e-12);
 
@@ -177,14 +180,53 @@ TEST(ModelLayers, RopeHalfSplitForwardInverseAndFiniteDifferences) {
     for (std::size_t i = 0; i < r.size(); ++i) h.data()[i] = r[i];
     Kokkos::deep_copy(g, h);
   }
-  rope_apply(g, T, pos, theta, true);
+  rope_apply(g, T, pos, freq, true);
   View3<double> y("y", T, H, D);
   auto loss = [&] {
     Kokkos::deep_copy(y, x0);
-    rope_apply(y, T, pos, theta, false);
+    rope_apply(y, T, pos, freq, false);
     return dot(r, y);
   };
   fd_check("rope dx", x0, host_vec(g), sample(T * H * D, 20, rng), loss);
+}
+
+// Llama 3.1's scaled frequencies, from the rule as Meta's reference states it
+// (llama-models apply_scaling), in a different form from rope_inv_freq's:
+// high frequencies kept, low ones divided by the factor, a linear blend in
+// between. Llama 3.2's values: theta 500000, factor 32, 1, 4, 8192, D 64.
+TEST(ModelLayers, RopeLlama3ScalingMatchesMetasRule) {
+  core::ModelConfig mc;
+  mc.rope_theta = 500000;
+  mc.rope_scaling = "llama3";
+  mc.rope_factor = 32;
+  mc.rope_low_freq_factor = 1;
+  mc.rope_high_freq_factor = 4;
+  mc.rope_original_max_position = 8192;
+  const int D = 64;
+  const auto f = rope_inv_freq(D, mc);
+  ASSERT_EQ(f.size(), std::size_t(D / 2));
+  int kept = 0, scaled = 0, blended = 0;
+  for (int i = 0; i < D / 2; ++i) {
+    const double base = 1.0 / std::pow(500000.0, double(2 * i) / D);
+    const double wavelen = 2 * M_PI / base;
+    double want;
+    if (wavelen < 8192.0 / 4) {
+      want = base, ++kept;
+    } else if (wavelen > 8192.0 / 1) {
+      want = base / 32, ++scaled;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1) / (4 - 1);
+      want = (1 - smooth) * base / 32 + smooth * base, ++blended;
+    }
+    EXPECT_NEAR(f[std::size_t(i)], want, 1e-12 * want) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(scaled, 0);
+  EXPECT_GT(blended, 0);
+  mc.rope_scaling = "none";
+  EXPECT_NEAR(rope_inv_freq(D, mc)[5], 1.0 / std::pow(500000.0, 10.0 / D), 1e-15);
+  mc.rope_scaling = "yarn";
+  EXPECT_THROW(rope_inv_freq(D, mc), std::invalid_argument);
 }
 
 TEST(ModelLayers, SwigluForwardAndFiniteDifferences) {

@@ -41,9 +41,22 @@ struct ModelConfig {
   int kv_heads = 4;           ///< key/value heads (GQA), divides heads
   int ffn_hidden = 688;       ///< SwiGLU inner size (elements)
   double rope_theta = 10000;  ///< RoPE base
+  /// RoPE frequency scaling for contexts beyond pre-training: "none" or
+  /// "llama3" (Llama 3.1's wavelength-dependent scaling, HF transformers
+  /// `_compute_llama3_parameters`; model::rope_inv_freq has the formula).
+  std::string rope_scaling = "none";
+  double rope_factor = 8;                  ///< llama3: divisor of the low frequencies
+  double rope_low_freq_factor = 1;         ///< llama3: wavelengths above original/low are divided by factor
+  double rope_high_freq_factor = 4;        ///< llama3: wavelengths below original/high are kept
+  int rope_original_max_position = 8192;   ///< llama3: the pre-training context (tokens)
   double norm_eps = 1e-5;     ///< RMSNorm epsilon
   double init_std = 0.02;     ///< std of the normal init of matrices
   int vocab_size = 0;         ///< 0: the dataset's; else padded size >= the dataset's (e.g. 50304)
+  /// The LM head is the token embedding (Press & Wolf 2017, "Using the Output
+  /// Embedding to Improve Language Models"; Llama 3.2 1B/3B, GPT-2): no
+  /// lm_head.weight; with pp > 1 the last stage holds a replica of
+  /// embed.weight whose gradient is summed with the first stage's.
+  bool tie_embeddings = false;
   /// Activation recompute (DESIGN §10): none | selective (keep the GEMM
   /// outputs, recompute the RMSNorms and the SwiGLU product in the backward) |
   /// full (keep each layer's input, re-run its forward in the backward).

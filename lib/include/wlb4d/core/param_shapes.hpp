@@ -4,7 +4,8 @@
 /// trainable tensor's name, global shape and tensor-parallel shard dimension,
 /// in the fixed order of model/params.hpp (embed.weight; per layer L
 /// attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down; final_norm;
-/// lm_head). Nothing is allocated.
+/// lm_head, absent when cfg.tie_embeddings: the head is embed.weight).
+/// Nothing is allocated.
 ///
 /// Why in core: it is the contract between the model, which allocates these
 /// tensors (model::ParamRegistry builds its list from it), and the checkpoint

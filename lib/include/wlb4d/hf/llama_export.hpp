@@ -8,10 +8,12 @@
 ///                           model_type "llama", hidden_size, intermediate_size,
 ///                           num_attention_heads, num_key_value_heads, head_dim,
 ///                           num_hidden_layers, rms_norm_eps, rope_theta,
-///                           rope_scaling (null), max_position_embeddings
+///                           rope_scaling (null, or the llama3 parameters),
+///                           max_position_embeddings
 ///                           (the deck's train.max_seq_len), vocab_size (the
 ///                           tokenizer's: padding trimmed), tie_word_embeddings
-///                           (false), bos/eos_token_id, hidden_act "silu",
+///                           (model.tie_embeddings: then no lm_head.weight),
+///                           bos/eos_token_id, hidden_act "silu",
 ///                           attention_bias/mlp_bias false, torch_dtype.
 ///   generation_config.json  bos/eos ids.
 ///   model.safetensors       the weights (one file), or model-0000k-of-0000n

@@ -17,15 +17,18 @@
 ///                 architectures without LlamaForCausalLM, hidden_act other
 ///                 than silu, attention_bias or mlp_bias true, head_dim other
 ///                 than hidden_size / num_attention_heads, rope_scaling other
-///                 than null or type "llama3", tie_word_embeddings or llama3
-///                 scaling where this build's model lacks them.
+///                 than null or rope_type "llama3" (whose factor,
+///                 low_freq_factor, high_freq_factor and
+///                 original_max_position_embeddings become model.rope_*).
+///                 tie_word_embeddings true becomes model.tie_embeddings.
 ///   weights       model.safetensors, or model.safetensors.index.json and the
 ///                 shards its weight_map names; F32, BF16 or F16 (converted to
 ///                 fp32 exactly). Every tensor of the model must be present at
 ///                 its shape (names and layout: llama_export.hpp; no q/k
 ///                 permutation); rotary_emb.inv_freq buffers of older files
-///                 are ignored; any other tensor is refused (never a silent
-///                 partial import).
+///                 and the lm_head.weight some tied models still store are
+///                 ignored (as transformers does); any other tensor is
+///                 refused (never a silent partial import).
 ///   tokenizer     tokenizer.model (sentencepiece) is stored in the checkpoint
 ///                 with its special ids; a tokenizer.json that is wlb4d's own
 ///                 byte tokenizer (a byte-level BPE without merges over the

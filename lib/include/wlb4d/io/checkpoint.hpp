@@ -59,8 +59,13 @@
 ///     program_version, git_sha (strings, core/version.hpp), dataset_identity
 ///     (string, data::TokenDataset::identity()), model shape: vocab_size,
 ///     model_layers, model_d_model, model_heads, model_kv_heads,
-///     model_ffn_hidden (int64), model_rope_theta, model_norm_eps (float64;
-///     absent in files written before they joined the model identity), tensors
+///     model_ffn_hidden, model_tie_embeddings (int64; 1: no lm_head.weight,
+///     the head is embed.weight; absent: 0), model_rope_theta, model_norm_eps (float64;
+///     absent in files written before they joined the model identity),
+///     model_rope_scaling (string none|llama3; absent: none) and with llama3
+///     model_rope_factor, model_rope_low_freq_factor,
+///     model_rope_high_freq_factor (float64), model_rope_original_max_position
+///     (int64), tensors
 ///     (string: every parameter name, one per line, in the model's fixed
 ///     registry order), train_precision (string fp32|bf16: the writing
 ///     run's train.precision; absent in older files; the stored tensors are

@@ -19,9 +19,11 @@
 ///   host before launching); wlb::core::CommError from the TP collectives.
 
 #include "wlb4d/comm/communicator.hpp"
+#include "wlb4d/core/config.hpp"
 #include "wlb4d/core/types.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace wlb::model {
 
@@ -90,17 +92,35 @@ void rmsnorm_backward(const View2<Scalar>& x, std::int64_t T, const View1<Scalar
 
 // ---- RoPE (Su et al. 2021, RoFormer eq. 34) ------------------------------------------
 
+/// The D/2 rotation frequencies of a head of D dims (radians per position),
+/// computed on the host in double:
+///   none:   inv_freq[i] = theta^(−2i/D)
+///   llama3: Llama 3.1's long-context scaling (HF transformers
+///           `_compute_llama3_parameters`, modeling_rope_utils.py), with
+///           wavelen = 2π/inv_freq, L = rope_original_max_position:
+///             wavelen < L/high_freq_factor  -> inv_freq           (kept)
+///             wavelen > L/low_freq_factor   -> inv_freq / factor  (scaled)
+///             between: (1−s)·inv_freq/factor + s·inv_freq,
+///                      s = (L/wavelen − low_freq_factor) / (high_freq_factor − low_freq_factor)
+/// \throws std::invalid_argument for an odd D or an unknown rope_scaling.
+std::vector<double> rope_inv_freq(std::int64_t D, const core::ModelConfig& m);
+
+/// rope_inv_freq copied into a device View [D/2].
+View1<double> rope_inv_freq_view(std::int64_t D, const core::ModelConfig& m);
+
 /// Rotary position embedding, in place, on x[T][H][D] (D even).
 /// Pairing: **half-split** (the HF/Meta Llama convention "rotate_half"): element
-/// i pairs with i + D/2 for i < D/2, with angle pos[t]·theta^(−2i/D):
+/// i pairs with i + D/2 for i < D/2, with angle pos[t]·inv_freq[i]:
 ///   x'_i       = x_i·cos − x_{i+D/2}·sin
 ///   x'_{i+D/2} = x_{i+D/2}·cos + x_i·sin
 /// Angles are computed in double (positions up to 1e6 keep full fp32 accuracy).
 /// Positions are given per token (they restart at 0 in every document).
+/// \param inv_freq [D/2] frequencies from rope_inv_freq_view.
 /// \param inverse rotate by −angle: this is the backward (the rotation is
 ///        orthogonal, so dx = Rᵀ·dy = R(−angle)·dy).
 template <class Scalar>
-void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, double theta, bool inverse);
+void rope_apply(const View3<Scalar>& x, std::int64_t T, const IntVec& pos, const View1<double>& inv_freq,
+                bool inverse);
 
 // ---- SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6) --------------
 //

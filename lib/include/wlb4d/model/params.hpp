@@ -60,7 +60,7 @@ struct ModelShard {
   int layer_begin = 0;
   int layer_end = -1;      ///< -1: all layers (ModelConfig::layers)
   bool embedding = true;   ///< holds embed.weight
-  bool head = true;        ///< holds final_norm.weight and lm_head.weight
+  bool head = true;        ///< holds final_norm.weight and lm_head.weight (tied: embed.weight)
   int tp_rank = 0;
   int tp_size = 1;
 };
@@ -104,6 +104,12 @@ struct Param {
   std::int64_t shard_offset = 0;           ///< first global index of the shard along shard_dim
   bool decay = false;                      ///< AdamW weight decay applies (matrices only)
   bool tp_replicated = false;              ///< identical copy on every TP rank: count once in norms
+  /// embed.weight held by the last pipeline stage (not the first) as the
+  /// tied LM head (ModelConfig::tie_embeddings): the same tensor as the first
+  /// stage's, kept equal by summing the two gradients (optim::Optimizer)
+  /// before the DP reduction. Counted once in norms, written once in
+  /// checkpoints (by the first stage), read by both.
+  bool tied_replica = false;
   std::size_t offset = 0;                  ///< first element in the registry's flat buffers
   View1<Scalar> value;                     ///< local values, row-major flat (local_numel())
   View1<Scalar> grad;                      ///< local gradient, same layout

@@ -493,6 +493,7 @@ class Transformer {
   std::int64_t d_ = 0, D_ = 0, hq_ = 0, hkv_ = 0, f_ = 0, vl_ = 0, v0_ = 0;
   std::int64_t vl_real_ = 0;  // columns of this vocabulary shard below cfg.data_vocab (the rest: padding)
   int nlayers_ = 0;
+  View1<double> rope_freq_;  // [D/2] RoPE frequencies (model.rope_theta, model.rope_scaling)
   std::vector<LayerParams> lp_;
   std::size_t embed_ = 0, final_norm_ = 0, lm_head_ = 0;
   std::vector<std::int64_t> width_;       // per Field, elements per token

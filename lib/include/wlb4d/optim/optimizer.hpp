@@ -54,6 +54,16 @@
 /// unbucketed reduction; only the collective's internal order may differ
 /// with its size (bit-identical on a group of 2).
 ///
+/// Tied embeddings (model.tie_embeddings) on pp > 1: the first stage holds
+/// embed.weight and the last stage a replica (model::Param::tied_replica)
+/// used as the LM head. Each computes a partial gradient; reduce_gradients()
+/// first sums the two over the embedding group (the pp ranks 0 and P-1 of
+/// one (dp, cp, tp) coordinate; Megatron-LM's embedding group, Narayanan et
+/// al. SC'21 §3.2 fn.), then reduces over DP×CP as usual, so both copies
+/// take the same update and stay bit-identical. A bucket holding the tensor
+/// is therefore never started early by grads_ready(). The replica is left
+/// out of the global norm (each element counted once).
+///
 /// bf16 reduction (comm.grad_reduce_dtype = bf16, zero = 0 only): after the
 /// backward each chunk's fp32 gradient sum (micro-batches accumulated in
 /// fp32) is rounded to bf16 (round to nearest even) into a 2-byte buffer,
@@ -73,6 +83,7 @@
 #include "wlb4d/model/params.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -194,6 +205,12 @@ class Optimizer {
   std::vector<Vec> grad_shard_;  // ZeRO-1 on |G| > 1: the reduce-scatter's receive buffer (owned range)
   /// ZeRO-1: copies the reduced sums from grad_shard_ into the owned range of grads().
   void take_reduced_shards();
+  /// Tied embeddings on pp > 1: sums embed.weight's gradient over embed_group_.
+  void sum_tied_embedding_grads();
+  std::optional<comm::Communicator> embed_group_;  // pp ranks 0 and P-1 (tied embeddings, pp > 1)
+  const model::Param<float>* tied_ = nullptr;      // this rank's embed.weight when it is in embed_group_
+  std::size_t tied_chunk_ = 0;
+  bool tied_summed_ = false;  // this step's sum is done: the tied bucket may start
 };
 
 }  // namespace wlb::optim
