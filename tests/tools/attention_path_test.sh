@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The attention kernel's two host paths through the main executable ([P] 2):
+# The attention kernel's two host paths through the main executable:
 # runs DECK with WLB4D_ATTENTION_PATH=portable (the portable team kernel, the
 # one CUDA runs) and =blas (tile products via the BLAS), checks that each run's
 # start-up line names its path, and that the per-step losses of the two runs

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train.precision = bf16 through the main executable (issue 16).
+"""train.precision = bf16 through the main executable (bf16 mixed precision).
 
   bf16_check.py --wlb4d BIN --deck DECK --workdir DIR [--steps N] [--every S]
                 [--ranks R --mpiexec MPIEXEC] [--no-resume] [--concurrent]

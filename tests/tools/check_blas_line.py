@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs `wlb4d DECK ...` (the remaining arguments) and checks its BLAS start-up
-line ([P] item 7) against an independent reading of the CPU: the SIMD level
+line (the BLAS kernel check) against an independent reading of the CPU: the SIMD level
 from /proc/cpuinfo's flags, the kernel's level from OpenBLAS's core name, and
 the warning present exactly when the kernel is below the CPU. When the
 environment sets OPENBLAS_CORETYPE, the reported core must be that one. The

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """check_ca_log.py — checks a disaggregated-attention run of wlb4d
-(balance.attention=disaggregated, issue [O]) against the same deck run on one
+(balance.attention=disaggregated) against the same deck run on one
 rank with local attention, from their timing CSVs (log.csv_file).
 
 Usage: check_ca_log.py CA.csv --ranks N LOCAL.csv [--rtol 1e-5]

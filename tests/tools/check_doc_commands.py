@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every trainer command of README.md and docs/*.md must pass the trainer's own
-deck and layout validation as written (issue [N]).
+deck and layout validation as written.
 
     check_doc_commands.py WLB4D_BINARY REPO_ROOT
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""README's Data section, docs/data.md and the quickstart deck tell one story (issue [N]).
+"""README's Data section, docs/data.md and the quickstart deck tell one story.
 
     check_readme_data.py WLB4D_PREP WLB4D REPO_ROOT
 

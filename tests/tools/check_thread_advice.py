@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The OMP_WAIT_POLICY warning ([P] item 5) through wlb4d: runs `wlb4d DECK ...`
+"""The OMP_WAIT_POLICY warning (thread advice) through wlb4d: runs `wlb4d DECK ...`
 (the remaining arguments, one rank) with 2 OpenMP/Kokkos threads and 2
 OpenBLAS threads, OMP_WAIT_POLICY unset, then =passive, then with 1 OpenBLAS
 thread. The warning must appear in the first run exactly when, read

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The start-up advice against tp > 1 on one small host ([P] item 4), through
+"""The start-up advice against tp > 1 on one small host (TP advice), through
 wlb4d on 2 ranks: with parallel.tp=2 the warning appears exactly when this
 host has fewer than 4 online cores per rank (train::kTpAdviceCoresPerRank,
 computed here independently from os.sysconf), with dp=2 (tp=1) never; the

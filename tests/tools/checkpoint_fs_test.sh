@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # checkpoint_fs_test.sh SCENARIO MPIEXEC WLB4D WLB4D_PREP WLB4D_CKPT SOURCE_DIR
-# Checkpoints on a file system that cannot take them (issue [N]): a small
+# Checkpoints on a file system that cannot take them: a small
 # tmpfs (full disk) and a read-only tmpfs, 2 ranks (tp=2: two writer ranks).
 #   full:      4 MiB tmpfs: the step-5 checkpoint fits, the step-10 one does
 #              not; every rank says "no space left on device", the job exits
@@ -34,9 +34,12 @@
 # full/full1/full2/fullz/readonly need root (mount); they exit 77 (ctest: skipped) where
 # tmpfs cannot be mounted.
 set -u
+source "$(dirname "$0")/lib.sh"
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 ckpt=$5 src=$6
-work=$(mktemp -d /tmp/wlb4d-fs-XXXXXX)
+test_label+=" ($scenario)"
+scratch_dir fs
 mnt=$work/mnt
+at_exit() { umount "$mnt" 2>/dev/null; }
 mkdir -p "$mnt"
 opts="size=4m"
 [ "$scenario" = full1 ] && opts="size=2700k"
@@ -53,43 +56,33 @@ elif [ "$scenario" = nearly_full ]; then
 elif { [ "$scenario" = full1 ] || [ "$scenario" = full2 ] || [ "$scenario" = fullz ]; } && mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
   export WLB4D_FAULT=ckpt_free:bytes=1000000000
 elif ! mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
-  echo "checkpoint_fs_test: cannot mount a tmpfs here (needs root): skipped"; rm -rf "$work"; exit 77
+  echo "$test_label: cannot mount a tmpfs here (needs root): skipped"; exit 77
 fi
-cleanup() { umount "$mnt" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-cd "$work"
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
+prep_tiny "$prep" "$src"
 dir=$mnt/ck
 [ "$scenario" = readonly ] && dir=$mnt
-start=$(date +%s)
-out=$(timeout -s KILL 120 "$mpiexec" -n $np "$wlb4d" "$src/inputs/ci-tiny.ini" $layout --train.steps=12 \
-      --checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir="$dir" 2>&1)
-rc=$?
-elapsed=$(( $(date +%s) - start ))
+run_timed 120 "$mpiexec" -n $np "$wlb4d" "$src/inputs/ci-tiny.ini" $layout --train.steps=12 \
+  --checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir="$dir"
 printf '%s\n' "$out"
-fail() { echo "checkpoint_fs_test ($scenario): $*"; exit 1; }
-[ "$rc" -eq 137 ] && fail "the job hung (killed after 120 s)"
-[ "$rc" -ne 0 ] || fail "the job exited 0"
+expect_job_failed
 [ "$rc" -ge 128 ] && fail "the job died of signal $((rc - 128)) (rc $rc) instead of exiting with an error"
-printf '%s\n' "$out" | grep -q "H5F__close_cb\|Segmentation\|signal 11\|BAD TERMINATION" && fail "a crash was reported"
+out_has "H5F__close_cb\|Segmentation\|signal 11\|BAD TERMINATION" && fail "a crash was reported"
 case "$scenario" in
   full|fault|full1|fault1|full2|fullz)
-    n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*no space left on device")
+    n=$(out_count "\[r[01]\].*no space left on device")
     [ "$n" -ge "$np" ] || fail "'no space left on device' from $n ranks, expected $np"
-    ls "$mnt/ck"/*.tmp > /dev/null 2>&1 && fail "a .tmp was left: $(ls "$mnt/ck")"
-    [ "$(head -1 "$mnt/ck/latest")" = step_000005.h5 ] || fail "latest is '$(cat "$mnt/ck/latest")'"
-    "$ckpt" verify "$mnt/ck/step_000005.h5" || fail "the step-5 checkpoint does not verify"
+    expect_checkpoints_intact "$ckpt" "$mnt/ck" 5
     [ "$elapsed" -le 60 ] || fail "took $elapsed s to fail"
     ;;
   nearly_full)
-    n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*checkpoint.dir='$dir': no space left on device for a checkpoint: it needs about [0-9]* MiB, the file system has 0 MiB (97 KiB) free")
+    n=$(out_count "\[r[01]\].*checkpoint.dir='$dir': no space left on device for a checkpoint: it needs about [0-9]* MiB, the file system has 0 MiB (97 KiB) free")
     [ "$n" -ge 2 ] || fail "'no space left on device for a checkpoint' with both figures from $n ranks, expected 2"
-    printf '%s\n' "$out" | grep -q "step *1/" && fail "training started before the check"
+    expect_not_trained
     ;;
   readonly)
-    n=$(printf '%s\n' "$out" | grep -c "\[r[01]\].*checkpoint.dir='$dir'.*not writable")
+    n=$(out_count "\[r[01]\].*checkpoint.dir='$dir'.*not writable")
     [ "$n" -ge 2 ] || fail "'not writable' from $n ranks, expected 2"
-    printf '%s\n' "$out" | grep -q "step *1/" && fail "training started before the check"
+    expect_not_trained
     ;;
 esac
-echo "checkpoint_fs_test ($scenario): ok"
+echo "$test_label: ok"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # checkpoint_integrity_test.sh SCENARIO WLB4D WLB4D_PREP WLB4D_CKPT SOURCE_DIR PYTHON
-# Damaged and mismatched checkpoints through the executables (issue [N]).
+# Checkpoint integrity: damaged and mismatched checkpoints through the executables.
 # A real run (inputs/ci-tiny.ini, 1 rank) writes step 5 and step 10; step 10
 # is then changed with h5py:
 #   shape:    /model/final_norm.weight recreated with dimension 2^61+1 (as a
@@ -21,33 +21,24 @@
 #             losses), /restarts has both starts.
 # Every command runs under `timeout`: a hang is a failure.
 set -u
+source "$(dirname "$0")/lib.sh"
 scenario=$1 wlb4d=$2 prep=$3 ckpt=$4 src=$5 py=$6
-"$py" -c "import h5py" 2>/dev/null || { echo "checkpoint_integrity_test: no h5py for $py: skipped"; exit 77; }
-work=$(mktemp -d /tmp/wlb4d-integrity-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "checkpoint_integrity_test ($scenario): $*"; exit 1; }
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || fail "prep failed"
+test_label+=" ($scenario)"
+need_h5py "$py"
+scratch_dir integrity
+prep_tiny "$prep" "$src"
 deck="$src/inputs/ci-tiny.ini"
 common=(--checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir=ck)
 first=$(timeout -s KILL 120 "$wlb4d" "$deck" --train.steps=10 --train.print_every=1 "${common[@]}" 2>&1) ||
   { printf '%s\n' "$first"; fail "the first run failed"; }
 [ "$(cat ck/latest)" = "$(printf 'step_000010.h5\nstep_000005.h5')" ] || fail "latest is '$(cat ck/latest)'"
 
-# run NAME TIMEOUT CMD...: output in $out, status in $rc; a timeout fails the test.
-run() {
-  local t=$1; shift
-  out=$(timeout -s KILL "$t" "$@" 2>&1); rc=$?
-  printf '%s\n' "$out"
-  [ "$rc" -eq 137 ] && fail "hung (killed after $t s): $*"
-  return 0
-}
 expect() {  # expect RC_WANTED REGEX: rc (0 or nonzero) and a matching line
   if [ "$1" = 0 ]; then [ "$rc" -eq 0 ] || fail "rc $rc, expected 0"; else [ "$rc" -ne 0 ] || fail "rc 0, expected a failure"; fi
-  printf '%s\n' "$out" | grep -E -q -- "$2" || fail "no line matches '$2'"
+  out_has -E -- "$2" || fail "no line matches '$2'"
 }
 fell_back() {
-  run 120 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=auto "${common[@]}"
+  run_step 120 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=auto "${common[@]}"
   expect 0 "checkpoint ck/step_000010.h5 is unusable \(.*$1.*\); falling back to the previous checkpoint ck/step_000005.h5"
   expect 0 "resumed from ck/step_000005.h5 at step 5"
   expect 0 "step +12/12"
@@ -63,9 +54,9 @@ with h5py.File("ck/step_000010.h5", "r+") as f:
     f.create_dataset(n, shape=(2**61 + 1,), chunks=(64,), dtype="f4")
 EOF
     msg="checkpoint ck/step_000010.h5: /model/final_norm.weight has shape \[2305843009213693953\] but the checkpoint's model record implies \[64\]"
-    run 20 "$ckpt" verify ck/step_000010.h5; expect 1 "$msg"
-    run 20 "$ckpt" inspect ck/step_000010.h5; expect 1 "$msg"
-    run 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=ck/step_000010.h5 "${common[@]}"; expect 1 "$msg"
+    run_step 20 "$ckpt" verify ck/step_000010.h5; expect 1 "$msg"
+    run_step 20 "$ckpt" inspect ck/step_000010.h5; expect 1 "$msg"
+    run_step 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=ck/step_000010.h5 "${common[@]}"; expect 1 "$msg"
     fell_back "final_norm.weight has shape \[2305843009213693953\]"
     ;;
   digest)
@@ -76,34 +67,34 @@ with h5py.File("ck/step_000010.h5", "r+") as f:
     d[3, 5] = d[3, 5] + 1e-3
 EOF
     msg="checkpoint ck/step_000010.h5: content digest mismatch"
-    run 20 "$ckpt" verify ck/step_000010.h5; expect 1 "$msg"
-    run 20 "$ckpt" verify ck/step_000005.h5; expect 0 "step_000005.h5: OK .*content digest 0x[0-9a-f]{16} matches"
-    run 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=ck/step_000010.h5 "${common[@]}"; expect 1 "$msg"
+    run_step 20 "$ckpt" verify ck/step_000010.h5; expect 1 "$msg"
+    run_step 20 "$ckpt" verify ck/step_000005.h5; expect 0 "step_000005.h5: OK .*content digest 0x[0-9a-f]{16} matches"
+    run_step 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=ck/step_000010.h5 "${common[@]}"; expect 1 "$msg"
     fell_back "content digest mismatch"
     ;;
   identity)
-    run 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=ck/step_000010.h5 --model.rope_theta=5000 "${common[@]}"
+    run_step 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=ck/step_000010.h5 --model.rope_theta=5000 "${common[@]}"
     expect 1 "step_000010.h5: was written for another model: model.rope_theta: the checkpoint has 10000, the deck 5000"
-    run 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=auto --model.norm_eps=1e-6 "${common[@]}"
+    run_step 60 "$wlb4d" "$deck" --train.steps=12 --checkpoint.resume=auto --model.norm_eps=1e-6 "${common[@]}"
     expect 1 "model.norm_eps: the checkpoint has 1e-05, the deck 1e-06"
-    run 20 "$ckpt" inspect ck/step_000010.h5; expect 0 "model identity +rope_theta=10000 norm_eps=1e-05"
+    run_step 20 "$ckpt" inspect ck/step_000010.h5; expect 0 "model identity +rope_theta=10000 norm_eps=1e-05"
     ;;
   done)
     loss=$(printf '%s\n' "$first" | sed -n 's/.*step *10\/10 |\( [0-9:]* |\)\{0,1\} loss \([0-9.]*\).*/\2/p')
     [ -n "$loss" ] || fail "no step-10 loss in the first run's output"
-    run 60 "$wlb4d" "$deck" --train.steps=5 --checkpoint.resume=auto "${common[@]}"
+    run_step 60 "$wlb4d" "$deck" --train.steps=5 --checkpoint.resume=auto "${common[@]}"
     expect 0 "run already complete: checkpoint ck/step_000010.h5 is at step 10 .*train.steps=5; last loss $loss"
-    run 60 "$wlb4d" "$deck" --train.steps=10 --checkpoint.resume=auto "${common[@]}"
+    run_step 60 "$wlb4d" "$deck" --train.steps=10 --checkpoint.resume=auto "${common[@]}"
     expect 0 "run already complete: .*last loss $loss"
-    run 20 "$ckpt" inspect ck/step_000010.h5; expect 0 "last loss +[0-9.]+ \(training loss of step 10\)"
+    run_step 20 "$ckpt" inspect ck/step_000010.h5; expect 0 "last loss +[0-9.]+ \(training loss of step 10\)"
     stored=$(printf '%s\n' "$out" | sed -n 's/^last loss *\([0-9.]*\) .*/\1/p')
     [ "$(printf '%.4f' "$stored")" = "$loss" ] || fail "inspect's last loss $stored is not the printed $loss"
     ;;
   timing)
     tl=(--log.timing_file=t.h5 --log.csv_file=t.csv --train.print_every=1)
     rm -rf ck
-    run 120 "$wlb4d" "$deck" --train.steps=10 "${common[@]}" "${tl[@]}"; expect 0 "step +10/10"
-    run 120 "$wlb4d" "$deck" --train.steps=10 --checkpoint.resume=ck/step_000005.h5 "${common[@]}" "${tl[@]}"
+    run_step 120 "$wlb4d" "$deck" --train.steps=10 "${common[@]}" "${tl[@]}"; expect 0 "step +10/10"
+    run_step 120 "$wlb4d" "$deck" --train.steps=10 --checkpoint.resume=ck/step_000005.h5 "${common[@]}" "${tl[@]}"
     expect 0 "timing log t.h5: 5 rows with step >= 5 \(run again by this start\) dropped"
     expect 0 "step +10/10"
     printf '%s\n' "$out" | sed -n 's/.*step *\([0-9]*\)\/10 |\( [0-9:]* |\)\{0,1\} loss \([0-9.]*\).*/\1 \3/p' > second.txt
@@ -132,4 +123,4 @@ EOF
     ;;
   *) fail "unknown scenario" ;;
 esac
-echo "checkpoint_integrity_test ($scenario): ok"
+echo "$test_label: ok"

@@ -1,28 +1,26 @@
 #!/usr/bin/env bash
 # checkpoint_lock_test.sh WLB4D WLB4D_PREP SOURCE_DIR
-# Two runs on one checkpoint.dir (issue [N]): while run A holds the directory
+# Two runs on one checkpoint.dir (checkpoint directory lock): while run A holds the directory
 # (stalled by WLB4D_FAULT at step 3, deterministically), run B is refused with
 # a message naming the directory and A's host and pid; once A is gone (killed,
 # so no clean-up ran), a new run takes the directory: no stale lock.
 set -u
+source "$(dirname "$0")/lib.sh"
 wlb4d=$1 prep=$2 src=$3
-work=$(mktemp -d /tmp/wlb4d-lock-XXXXXX)
 pid_a=
-cleanup() { [ -n "$pid_a" ] && kill -9 "$pid_a" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-cd "$work"
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
-fail() { echo "checkpoint_lock_test: $*"; exit 1; }
+at_exit() { [ -n "$pid_a" ] && kill -9 "$pid_a" 2>/dev/null; }
+scratch_dir lock
+prep_tiny "$prep" "$src"
 args=("$src/inputs/ci-tiny.ini" --train.steps=6 --checkpoint.dir=ck --checkpoint.every=2)
 WLB4D_FAULT=stall:rank=0:step=3 "$wlb4d" "${args[@]}" > a.log 2>&1 &
 pid_a=$!
 for _ in $(seq 1 100); do grep -q "stalling at step 3" a.log && break; sleep 0.2; done
 grep -q "stalling at step 3" a.log || { cat a.log; fail "run A did not reach its stall"; }
-out=$(timeout -s KILL 60 "$wlb4d" "${args[@]}" 2>&1); rc=$?
+run_timed 60 "$wlb4d" "${args[@]}"
 printf '%s\n' "$out"
 [ "$rc" -ne 0 ] || fail "run B was not refused"
-printf '%s\n' "$out" | grep -q "checkpoint.dir='ck' is in use by another run (host .*, pid $pid_a," \
+out_has "checkpoint.dir='ck' is in use by another run (host .*, pid $pid_a," \
   || fail "run B's message does not name the directory and run A's pid $pid_a"
 kill -9 "$pid_a"; wait "$pid_a" 2>/dev/null; pid_a=
 out=$(timeout -s KILL 60 "$wlb4d" "${args[@]}" 2>&1) || { printf '%s\n' "$out"; fail "run C after A died failed"; }
-echo "checkpoint_lock_test: ok"
+echo "$test_label: ok"

@@ -15,18 +15,16 @@
 #         load (WLB4D_FAULT=stall:...:phase=ckpt_load:signal=STOP): no race
 #         between this script's signal and rank 0's deadline on a loaded machine.
 set -u
+source "$(dirname "$0")/lib.sh"
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 ckpt=$5 src=$6
-work=$(mktemp -d /tmp/wlb4d-ckstall-XXXXXX)
+test_label+=" ($scenario)"
 stopped_pid=
-cleanup() {
+at_exit() {
   # Only this test's processes: their command line holds $work.
   for p in $(pgrep -f -- "$work/ck" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
 }
-trap cleanup EXIT
-cd "$work"
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
-fail() { echo "checkpoint_stall_test ($scenario): $*"; exit 1; }
+scratch_dir ckstall
+prep_tiny "$prep" "$src"
 common=("$src/inputs/ci-tiny.ini" --parallel.tp=2 --checkpoint.dir="$work/ck" --checkpoint.at_end=false
         --comm.timeout_s=5 --log.csv_file=)
 phase="checkpoint save" file=step_000010.h5
@@ -66,7 +64,5 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 [ -z "$left" ] || fail "wlb4d processes left behind after the abort: $left ($(ps -o pid=,stat=,args= -p ${left// /,} | cut -c1-120))"
-ls "$work/ck"/*.tmp > /dev/null 2>&1 && fail "a .tmp was left: $(ls "$work/ck")"
-[ "$(head -1 "$work/ck/latest")" = step_000005.h5 ] || fail "latest is '$(cat "$work/ck/latest")'"
-"$ckpt" verify "$work/ck/step_000005.h5" || fail "the step-5 checkpoint does not verify"
-echo "checkpoint_stall_test ($scenario): ok (rc=$rc after ${elapsed} s)"
+expect_checkpoints_intact "$ckpt" "$work/ck" 5
+echo "$test_label: ok (rc=$rc after ${elapsed} s)"

@@ -6,20 +6,18 @@
 # and the rule (a regular file of at most 4 MiB) — never read until
 # std::bad_alloc, never blocked on. Each case has a 20 s limit: a hang fails.
 set -u
+source "$(dirname "$0")/lib.sh"
 mpiexec=$1 wlb4d=$2 plan=$3
-work=$(mktemp -d /tmp/wlb4d-deckbound-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "deck_bounds_test: $*"; exit 1; }
+scratch_dir deckbound
 # A reader without the bound grows a string to the memory limit: keep that
 # from taking the machine (4 GiB of address space is plenty for the fixed one).
 ulimit -v 4194304 2>/dev/null || true
 run() {  # run NP PROGRAM ARGS...: output in $out, status in $rc
   local np=$1; shift
   if [ "$np" = 0 ]; then
-    out=$(timeout -s KILL 20 "$@" 2>&1); rc=$?
+    run_timed 20 "$@"
   else
-    out=$(timeout -s KILL 20 "$mpiexec" -n "$np" "$@" 2>&1); rc=$?
+    run_timed 20 "$mpiexec" -n "$np" "$@"
   fi
   printf '%s\n' "$out" | tail -n 4
   [ "$rc" -eq 137 ] && fail "hung (killed after 20 s): $*"
@@ -28,7 +26,7 @@ run() {  # run NP PROGRAM ARGS...: output in $out, status in $rc
 }
 expect() {  # expect COUNT REGEX: at least COUNT output lines match
   local n
-  n=$(printf '%s\n' "$out" | grep -E -c -- "$2")
+  n=$(out_count -E -- "$2")
   [ "$n" -ge "$1" ] || fail "'$2' matched $n lines, expected >= $1"
 }
 rule='must be a regular file of at most 4 MiB'
@@ -57,4 +55,4 @@ run 0 "$plan" zero.ini
 expect 1 "deck file '/dev/zero' is a character device: .*$rule"
 run 0 "$plan" big.ini
 expect 1 "deck file 'big.ini' is 4294967296 bytes: .*$rule"
-echo "deck_bounds_test: ok"
+echo "$test_label: ok"

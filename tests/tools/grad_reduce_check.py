@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""comm.grad_reduce_dtype through the main executable (issue 16).
+"""comm.grad_reduce_dtype through the main executable (bf16 gradient reduction).
 
   grad_reduce_check.py --wlb4d BIN --mpiexec MPIEXEC --deck DECK --workdir DIR [--steps N] [--key=value ...]
 

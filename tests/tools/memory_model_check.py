@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Memory model vs measured peak, through the real trainer (issue 15 item 4).
+"""Memory model vs measured peak, through the real trainer.
 
 Runs `wlb4d DECK` for each (layout, feature) case below with a timing CSV, and
 compares, per rank, the memory model's predicted peak (column mem_predicted,

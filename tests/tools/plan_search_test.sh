@@ -1,5 +1,5 @@
 #!/bin/sh
-# wlb4d-plan --search through the executables (issue 19 [K]):
+# wlb4d-plan --search through the executables (layout search):
 #   plan_search_test.sh WLB4D_PLAN WLB4D DECK RANKS OUTDIR [overrides...]
 # runs `WLB4D_PLAN DECK --search --top 5 --write-deck OUTDIR/search-best.ini`,
 # checks the table (5 ranked rows, the deck's row, >= 1000 candidates

@@ -19,11 +19,11 @@
 #               tokens") is not planned with: a warning, the FLOP-count model,
 #               the default run's plan bit for bit.
 set -u
+source "$(dirname "$0")/lib.sh"
 wlb4d=$1 prep=$2 src=$3 scenario=$4 python=${5:-python3}
-work=$(mktemp -d /tmp/wlb4d-repeat-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
+test_label+=" ($scenario)"
+scratch_dir repeat
+prep_tiny "$prep" "$src"
 # No balance.calibrate and no cost_a/cost_b: the defaults decide.
 cat > deck.ini <<'DECK'
 [model]
@@ -62,7 +62,6 @@ load=calib_load:sample=8:percent=300
 # The same shape 10x faster: the timings no longer grow with the squared
 # lengths, and the quadratic term fits to 0.
 flat=calib_load:sample=8:percent=10
-fail() { echo "repeatable_plan_test ($scenario): $*"; exit 1; }
 run() {  # run NAME FAULT ARGS...: wlb4d with log NAME.log and CSV NAME.csv
   local name=$1 fault=$2; shift 2
   WLB4D_FAULT=$fault "$wlb4d" deck.ini --log.csv_file="$name.csv" "$@" > "$name.log" 2>&1 ||
@@ -101,4 +100,4 @@ case "$scenario" in
     same plain.csv flat.csv ;;
   *) fail "unknown scenario" ;;
 esac
-echo "repeatable_plan_test ($scenario): ok"
+echo "$test_label: ok"

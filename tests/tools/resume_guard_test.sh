@@ -18,12 +18,11 @@
 #             checkpoint.overwrite=true the run replaces them (warning).
 # Every command runs under `timeout`: a hang is a failure.
 set -u
+source "$(dirname "$0")/lib.sh"
 scenario=$1 np=$2 mpiexec=$3 wlb4d=$4 prep=$5 src=$6
-work=$(mktemp -d /tmp/wlb4d-resume-guard-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "resume_guard_test ($scenario, $np ranks): $*"; exit 1; }
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || fail "prep failed"
+test_label+=" ($scenario, $np ranks)"
+scratch_dir resume-guard
+prep_tiny "$prep" "$src"
 launch=("$wlb4d")
 [ "$np" -gt 1 ] && launch=("$mpiexec" -n "$np" "$wlb4d")
 deck=("$src/inputs/ci-tiny.ini" --parallel.dp="$np" --train.print_every=1
@@ -33,19 +32,16 @@ ckdir=ck overwrite=false
 # run TIMEOUT ARGS...: output in $out, status in $rc; a timeout fails the test.
 run() {
   local t=$1; shift
-  out=$(timeout -s KILL "$t" "${launch[@]}" "${deck[@]}" --checkpoint.dir="$ckdir" --checkpoint.overwrite="$overwrite" "$@" 2>&1); rc=$?
-  printf '%s\n' "$out"
-  [ "$rc" -eq 137 ] && fail "hung (killed after $t s): $*"
-  return 0
+  run_step "$t" "${launch[@]}" "${deck[@]}" --checkpoint.dir="$ckdir" --checkpoint.overwrite="$overwrite" "$@"
 }
 expect() {  # expect RC_WANTED REGEX: rc (0 or nonzero) and a matching line
   if [ "$1" = 0 ]; then [ "$rc" -eq 0 ] || fail "rc $rc, expected 0"; else [ "$rc" -ne 0 ] || fail "rc 0, expected a failure"; fi
-  printf '%s\n' "$out" | grep -E -q -- "$2" || fail "no line matches '$2'"
+  out_has -E -- "$2" || fail "no line matches '$2'"
 }
 every_rank() {  # every_rank REGEX: each rank printed the error
   local r
   for r in $(seq 0 $((np - 1))); do
-    printf '%s\n' "$out" | grep -E -q -- "\[r$r\] wlb4d: .*$1" || fail "rank $r did not print '$1'"
+    out_has -E -- "\[r$r\] wlb4d: .*$1" || fail "rank $r did not print '$1'"
   done
 }
 # Checksums of the step files and `latest` (and, with "all", the timing log);
@@ -104,7 +100,7 @@ case "$scenario" in
     run 60 --train.steps=10 --checkpoint.every=5 --checkpoint.resume=never
     expect 1 "checkpoint.resume=never starts this run at step 0, but checkpoint.dir='ck' holds an earlier run's checkpoints and an earlier run's timing log is there \(ck/latest, ck/step_000010.h5, ck/step_000005.h5, t.h5, t.csv\).*checkpoint.overwrite=true"
     every_rank "deck error: checkpoint.resume=never starts this run at step 0"
-    printf '%s\n' "$out" | grep -q "step  *1/" && fail "it trained before refusing"
+    expect_not_trained
     [ "$(sums all)" = "$before" ] || fail "a file changed"
     # Another checkpoint.dir, the same timing log: still refused, naming the log.
     ckdir=ck2 run 60 --train.steps=10 --checkpoint.every=5 --checkpoint.resume=never
@@ -118,4 +114,4 @@ case "$scenario" in
     ;;
   *) fail "unknown scenario" ;;
 esac
-echo "resume_guard_test ($scenario, $np ranks): ok"
+echo "$test_label: ok"

@@ -14,13 +14,15 @@
 #             signal comes in that window; it must load, run step 4, write
 #             step 4 and exit 0.
 set -u
+source "$(dirname "$0")/lib.sh"
 wlb4d=$1 prep=$2 src=$3 scenario=${4:-int}
-work=$(mktemp -d /tmp/wlb4d-sigint-XXXXXX)
+test_label+=" ($scenario)"
 pid=
-trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"' EXIT
-cd "$work"
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
-fail() { echo "stop_signal_test ($scenario): $*"; cat run.log; exit 1; }
+at_exit() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; }
+scratch_dir sigint
+prep_tiny "$prep" "$src"
+# From here on a failure also prints the run's log.
+fail() { echo "$test_label: $*"; cat run.log; exit 1; }
 export WLB4D_FAULT=delay:rank=0:phase=calibrate:seconds=3
 sig=INT wait_for="WLB4D_FAULT: delaying at fault point calibrate" calibrate=true resume=never
 case "$scenario" in
@@ -50,4 +52,4 @@ case "$scenario" in
   *) grep -Eq "checkpoint .*step_0000[0-9]{2}\.h5 written" run.log || fail "no checkpoint written" ;;
 esac
 last=$(grep -Eo "step +[0-9]+/500" run.log | tail -1)
-echo "stop_signal_test ($scenario): ok (stopped at '$last')"
+echo "$test_label: ok (stopped at '$last')"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # watchdog_test.sh SCENARIO MPIEXEC WLB4D WLB4D_PREP SOURCE_DIR
 # A rank that stops making progress (WLB4D_FAULT=stall, as under SIGSTOP)
-# must not hang the job (issue [N]): with comm.timeout_s=5 a waiting rank's
+# must not hang the job (communication watchdog): with comm.timeout_s=5 a waiting rank's
 # wait ends in a "communication timeout" naming the operation, the group and
 # the ranks that did not arrive, and the job exits non-zero well within the
 # ctest timeout.
@@ -15,11 +15,11 @@
 #               collective and answer each other's queries: a message names
 #               rank 3 alone as not arrived and lists the others as waiting.
 set -u
+source "$(dirname "$0")/lib.sh"
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 src=$5
-work=$(mktemp -d /tmp/wlb4d-watchdog-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-"$prep" --input "$src/tests/data/tiny.jsonl" --output tiny-train.h5 > /dev/null || exit 1
+test_label+=" ($scenario)"
+scratch_dir watchdog
+prep_tiny "$prep" "$src"
 np=2 stalled=1
 case "$scenario" in
   collective) layout="--parallel.dp=2" ;;
@@ -27,16 +27,11 @@ case "$scenario" in
   p2p) layout="--parallel.pp=2" ;;
   dp4) np=4 stalled=3 layout="--parallel.dp=4" ;;
 esac
-start=$(date +%s)
-out=$(WLB4D_FAULT=stall:rank=$stalled:step=2 timeout -s KILL 100 "$mpiexec" -n $np "$wlb4d" "$src/inputs/ci-tiny.ini" \
-      $layout --train.steps=6 --checkpoint.at_end=false --comm.timeout_s=5 2>&1)
-rc=$?
-elapsed=$(( $(date +%s) - start ))
+WLB4D_FAULT=stall:rank=$stalled:step=2 run_timed 100 "$mpiexec" -n $np "$wlb4d" "$src/inputs/ci-tiny.ini" \
+  $layout --train.steps=6 --checkpoint.at_end=false --comm.timeout_s=5
 printf '%s\n' "$out"
-fail() { echo "watchdog_test ($scenario): $*"; exit 1; }
-[ "$rc" -eq 137 ] && fail "the job hung (killed after 100 s)"
-[ "$rc" -ne 0 ] || fail "the job exited 0"
-printf '%s\n' "$out" | grep -q "WLB4D_FAULT: stalling at step 2" || fail "the fault was not injected"
+expect_job_failed
+out_has "WLB4D_FAULT: stalling at step 2" || fail "the fault was not injected"
 timeouts=$(printf '%s\n' "$out" | grep -E "\[r[0-9]\].*communication timeout: [a-z_]+ on the (world|DP|DP×CP|PP|TP|CP) group .*comm.timeout_s=5")
 [ -n "$timeouts" ] || fail "no rank reported the timeout with the operation and group"
 case "$scenario" in
@@ -61,4 +56,4 @@ case "$scenario" in
     [ "$cause" = "$stalled " ] || fail "ranks named as not arrived without reporting a timeout: '$cause', expected '$stalled'"
     ;;
 esac
-echo "watchdog_test ($scenario): ok (rc=$rc after ${elapsed} s)"
+echo "$test_label: ok (rc=$rc after ${elapsed} s)"

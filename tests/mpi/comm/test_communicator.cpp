@@ -69,7 +69,7 @@ TEST_P(CommTest, AllreduceSumMaxMin) {
   EXPECT_EQ(c.allreduce_value<unsigned char>(static_cast<unsigned char>(me + 1), ReduceOp::Max), R);
 }
 
-// comm.grad_reduce_dtype = bf16 (issue 16): against the conversion of
+// comm.grad_reduce_dtype = bf16 (bf16 gradient reduction): against the conversion of
 // core/bf16.hpp applied to the known addends. 2 ranks: exactly
 // round(fp32(a) + fp32(b)); any size: within one rounding per addend of the
 // exact sum, and equal on every rank.

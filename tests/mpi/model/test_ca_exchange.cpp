@@ -1,4 +1,4 @@
-// Core-attention disaggregation (issue [O], model/ca_exchange.hpp) on 3
+// Core-attention disaggregation (model/ca_exchange.hpp) on 3
 // ranks: each rank holds its own packed micro-batch (documents of lengths
 // 1, 2, short and one far longer than the rest); some query blocks are
 // computed on other ranks. Every output of the disaggregated forward and

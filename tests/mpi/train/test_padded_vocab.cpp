@@ -1,4 +1,4 @@
-// Padded vocabulary (issue [N]): model.vocab_size above the dataset's
+// Padded vocabulary: model.vocab_size above the dataset's
 // vocabulary adds embedding / LM-head rows that are never targets. Their
 // logits must not take part in the softmax: the loss with padding equals the
 // loss without, to fp32 rounding, on every TP layout — including a padding

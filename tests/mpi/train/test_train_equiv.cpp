@@ -1,4 +1,4 @@
-// Layout equivalence (DESIGN §3, issue [C]/[D]): for the same deck, seed and
+// Layout equivalence (DESIGN §3): for the same deck, seed and
 // data, every 4D layout (dp, pp, cp, tp) must give the same per-step loss,
 // global gradient norm and — after 10 steps — the same parameters as the
 // 1-rank run. The 1-rank run is computed inside this test (rank 0, on a grid
@@ -495,7 +495,7 @@ TEST(Np2Axes, TensorParallelUnevenVocab) {
   expect_equivalent(lay(1, 1, 1, 2), {}, "mixed", /*eval=*/true);  // vocab 97 = 49 + 48, ffn 48 = 24 + 24
 }
 
-// train.precision = bf16 (issue 16): each axis against the 1-rank bf16 run.
+// train.precision = bf16 (bf16 mixed precision): each axis against the 1-rank bf16 run.
 // The plan and reduction order are those of fp32, so the only new source of
 // difference is this: a layout's fp32 sums (DP/CP gradient reduction, TP
 // all-reduce, CP K/V order) differ from 1 rank's by ~1e-7 relative, and an
@@ -618,7 +618,7 @@ TEST(Np4Combined, PpTpInterleaved) {
   expect_equivalent(lay(1, 2, 1, 2, "interleaved", 2), {"model.layers=4"});
 }
 
-// Every packer × sharding on (1, 2, 2, 1) (issue [D]).
+// Every packer × sharding on (1, 2, 2, 1).
 class Np4Packers : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
 TEST_P(Np4Packers, PpCp) {
   REQUIRE_WORLD(4);
@@ -741,7 +741,7 @@ TEST(Np8Zero, DpPpTp) {
   expect_equivalent(lay(2, 2, 1, 2, "interleaved", 2), {"parallel.zero=1", "model.layers=4"});
 }
 
-// ---- sequence parallelism (issue 15 item 3): equal to the 1-rank run ------------------
+// ---- sequence parallelism: equal to the 1-rank run ------------------
 // Micro-batches of 31 tokens (train.max_seq_len = 31, fixed packer): uneven
 // over tp = 2 (16 + 15) and tp = 4 (8 + 8 + 8 + 7); with cp = 2 the CP shard
 // (15 or 16 tokens) is split again over TP. The 1-rank reference has no SP
@@ -781,7 +781,7 @@ TEST(Np4SP, RecomputeFullBitIdentical) {
   expect_recompute_bit_identical(lay(1, 2, 1, 2), "full", 0, {"train.max_seq_len=31"}, kSP);
 }
 
-// bf16 stored activations (issue 16: xn1, xn2, act and the final-norm output
+// bf16 stored activations (bf16 mixed precision: xn1, xn2, act and the final-norm output
 // kept as 2-byte bits): the recompute workspace, the SP all-gather of the
 // widened bits and the zb1 W stashes must hold the very bits the forward
 // stored, so recompute and the split backward stay bit-identical to
@@ -808,7 +808,7 @@ TEST(Np4ZeroSP, DpTp) {
   expect_equivalent(lay(2, 1, 1, 2), {"parallel.zero=1", "train.max_seq_len=31"}, "mixed", false, kSP);
 }
 
-// ---- ZB-H1 (parallel.schedule = zb1, issue [L]) -------------------------------------------
+// ---- ZB-H1 (parallel.schedule = zb1, zero-bubble pipeline) --------------------------------
 // The split backward with W's delayed into the cool-down, on the wlb packer's
 // variable-length micro-batches, against the 1-rank run (fused backward).
 const std::vector<std::string> kZbWlb = {"balance.packer=wlb", "balance.max_tokens=48", "train.micro_batches=8"};
@@ -844,7 +844,7 @@ TEST(Np8ZeroBubble, DpPpCpWlb) {
   expect_equivalent(lay(2, 2, 2, 1, "zb1"), ov);
 }
 
-// ---- Bucketed DP reduction (comm.bucket_mib, issue 18 item 3) ----------------------------
+// ---- Bucketed DP reduction (comm.bucket_mib, communication overlap) ------------------------
 // Bucket sizes: 1e-5 MiB (3 floats, smaller than every tensor: one tensor per
 // bucket, each started as soon as its layer's last W is done), 0.01 MiB (a few
 // tensors each) and 1 MiB (larger than the model: one bucket, started after
@@ -1007,7 +1007,7 @@ TEST(Np2Bucket, ExecutorReportsFinalGradientsLayerByLayer) {
   }
 }
 
-// ---- TP overlap (issue 18 item 4) --------------------------------------------------------
+// ---- TP overlap (communication overlap) -------------------------------------------------
 // The fused backward (recompute) overlaps each column-parallel dX all-reduce
 // with the dW GEMMs; recompute = none runs the split B/W path, whose B waits
 // at once. Same GEMMs, same sums: bit-identical on tp = 2 (and = 1 rank).
@@ -1017,7 +1017,7 @@ TEST(Np2TpOverlap, FusedBackwardBitIdenticalToSplit) {
   expect_recompute_bit_identical(lay(1, 1, 1, 2), "selective");
 }
 
-// ---- core-attention disaggregation (issue [O]) --------------------------------------
+// ---- core-attention disaggregation ---------------------------------------------------
 // balance.attention=disaggregated: query blocks of 64 rows (the host kernel's
 // tile) computed on other ranks of the DP×CP group; the 1-rank run (where the
 // key has no effect) is the reference. Documents up to 600 tokens cut into

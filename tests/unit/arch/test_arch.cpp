@@ -63,12 +63,12 @@ std::vector<Forbidden>::const_iterator forbidden(const std::string& from, const 
                       [&](const Forbidden& x) { return x.from == from && x.to == to; });
 }
 
-// Known violations that others' moves in progress will remove ([M] "structure
-// before scale"): each entry is {file relative to the root, rule letter,
+// Known violations that others' moves in progress will remove (the architecture
+// clean-up "structure before scale"): each entry is {file relative to the root, rule letter,
 // included area or "" for any, why}; for rule (e) the file is
 // lib/CMakeLists.txt and the area the missing or extra dependency. An entry that matches nothing is itself
 // reported (a stale allowance hides the next regression).
-// Empty as of this commit: the files being moved by other [M] items
+// Empty as of this commit: the files being moved by the architecture clean-up
 // (train/executor.*, optim, balance/pipeline_sim, balance/simulate, io/*,
 // data/dataset.cpp's MPI use, data/h5util) pass every rule above.
 struct Allowance {
@@ -78,7 +78,7 @@ struct Allowance {
   std::string why;
 };
 const std::vector<Allowance> kKnownViolations = {
-    // {"lib/src/io/example.cpp", 'a', "train", "known, being moved by [M] item N"},
+    // {"lib/src/io/example.cpp", 'a', "train", "known, being moved to its area"},
 };
 
 struct Violation {

@@ -1,4 +1,4 @@
-// Core-attention disaggregation, the assignment (issue [O]): tasks cover every
+// Core-attention disaggregation, the assignment: tasks cover every
 // query row once, every task is assigned exactly once, cost is conserved, the
 // balance reaches its target on random and real (dist_wlbllm.json) length
 // streams, the result is deterministic, and K/V bytes follow the rules of
@@ -161,7 +161,7 @@ TEST(AttentionTasks, ReachesTheTargetOnThePapersLengthDistribution) {
     worst_after = std::max(worst_after, a.imbalance_after());
     worst_before = std::max(worst_before, a.imbalance_before());
   }
-  // DistCA's target (issue [O]): <= 1.03 with 1024-token tasks (2048-token
+  // DistCA's target for disaggregated attention: <= 1.03 with 1024-token tasks (2048-token
   // tasks stop at 1.036: a task at the end of a 128K document is 6% of a rank).
   EXPECT_LE(worst_after, 1.03) << "before " << worst_before;
   std::printf("attention imbalance over 8 steps, 4 replicas x cp=2, 128K: worst before %.3f, after %.3f\n",

@@ -1,4 +1,4 @@
-// The BLAS kernel check ([P] item 7): core names to SIMD levels (OpenBLAS
+// The BLAS kernel check: core names to SIMD levels (OpenBLAS
 // 0.3.x's x86-64 names), the advice only when the kernel is below the CPU.
 #include "wlb4d/core/blas_info.hpp"
 

@@ -425,7 +425,7 @@ TEST(Config, HelpListsEveryKeyWithUnit) {
   EXPECT_GT(n, 50);
 }
 
-// ---- issue [N]: values the validator used to accept ----------------------------
+// ---- deck validation: values the validator used to accept -----------------------
 TEST(ConfigStrict, EveryFloatingKeyMustBeFinite) {
   for (const char* bad : {"inf", "-inf", "nan", "infinity"}) {
     for (const char* key : {"model.norm_eps", "optim.eps", "balance.cost_a", "plan.alpha_s", "model.rope_theta",

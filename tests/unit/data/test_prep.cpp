@@ -133,7 +133,7 @@ TEST(Prep, NoDocumentsIsAnError) {
   EXPECT_THROW(run_prep(o), core::DataError);
 }
 
-// ---- issue [N]: prep refuses to destroy its input, writes atomically ----------
+// ---- prep refuses to destroy its input, writes atomically ----------
 namespace {
 template <class F>
 std::string config_error_of(F&& f) {

@@ -233,7 +233,7 @@ TEST(Checkpoint, FlippedChunkByteNamesTheDataset) {
   EXPECT_THROW(io::summarize_checkpoint(path), core::CheckpointError);
 }
 
-// Issue [N]: the metadata must be checksummed (superblock v2+, v2 object
+// Checkpoint integrity: the metadata must be checksummed (superblock v2+, v2 object
 // headers, "OHDR"), so a flipped bit in an object header is detected — not
 // silently read as other values. Every object header of the file is tried.
 TEST(Checkpoint, MetadataIsChecksummedAndAFlippedHeaderBitIsDetected) {
@@ -408,7 +408,7 @@ TEST(Checkpoint, AutoFallsBackToThePreviousCheckpointWhenTheNewestIsCorrupt) {
   }
 }
 
-// Issue [N]: a newest checkpoint that is intact but written for another model
+// Checkpoint integrity: a newest checkpoint that is intact but written for another model
 // (here one layer more) is skipped by resume=auto like a corrupt one, with
 // the reason; named explicitly, it is not skipped (load gives the shape error).
 TEST(Checkpoint, AutoFallsBackWhenTheNewestWasWrittenForAnotherModel) {
@@ -428,7 +428,7 @@ TEST(Checkpoint, AutoFallsBackWhenTheNewestWasWrittenForAnotherModel) {
   EXPECT_TRUE(contains(load_error(p20), "another model")) << load_error(p20);
 }
 
-// Issue [N]: `latest` may only name files of checkpoint.dir itself. A
+// Checkpoint integrity: `latest` may only name files of checkpoint.dir itself. A
 // `latest` that names anything else, or is no list at all (a directory,
 // /dev/zero behind a symlink, binary garbage, missing), is never followed:
 // resume=auto takes the newest step file of the directory that verifies.
@@ -658,7 +658,7 @@ TEST(TimingLog, RoundTripsCostModelAndComputeCpu) {
   EXPECT_DOUBLE_EQ(rows[0].compute_cpu, 0.375);
 }
 
-// Issue [N]: the CSV copy keeps every double exactly (it had 12 significant
+// Timing log: the CSV copy keeps every double exactly (it had 12 significant
 // digits while the HDF5 log has full doubles).
 TEST(TimingLog, CsvRoundTripsTheHdf5Values) {
   fs::remove("timing_csv.h5");
@@ -763,7 +763,7 @@ TEST(TimingLog, RefusesOtherFormatVersion) {
   }
 }
 
-// Issue [N]: /trace rows (log.trace_step) and the run's identity attributes
+// Timing log: /trace rows (log.trace_step) and the run's identity attributes
 // round-trip; a second start replaces the identity (no "attribute exists"
 // error) and appends to the existing /trace.
 TEST(TimingLog, TraceAndIdentityRoundTrip) {

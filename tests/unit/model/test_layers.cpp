@@ -314,7 +314,7 @@ TEST(ModelLayers, CrossEntropyVocabShardsSumToFullOnOneRank) {
 }
 
 TEST(ModelLayers, CrossEntropyMasksPaddedColumns) {
-  // Columns [vr, V) are vocabulary padding (issue [N]): the loss and lse equal
+  // Columns [vr, V) are vocabulary padding (model.vocab_size): the loss and lse equal
   // those of the first vr columns alone, whatever the padded logits hold, and
   // the padded columns get gradient 0 (float and the host vector path).
   std::mt19937_64 rng(11);

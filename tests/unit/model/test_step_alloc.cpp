@@ -1,4 +1,4 @@
-// Issue [G]: the steady-state training step allocates nothing. After two
+// Allocation-free training step: the steady state allocates nothing. After two
 // warm-up steps, a third forward + backward over micro-batches of the warm-up
 // sizes plus the AdamW update and the gradient norm must not allocate any
 // Kokkos memory. Counted with a Kokkos::Tools allocate_data callback, which
@@ -91,7 +91,7 @@ static void expect_no_step_allocations(bool split, const char* recompute, bool b
 
 TEST(ModelStepAlloc, SteadyStateStepAllocatesNothing) { expect_no_step_allocations(false, "none"); }
 
-// Issue [L]: the split backward (B, then the delayed W's) allocates nothing
+// Zero-bubble pipeline: the split backward (B, then the delayed W's) allocates nothing
 // either, with recompute (W stashes) and without.
 TEST(ModelStepAlloc, SplitBackwardWithDelayedWeightAllocatesNothing) {
   expect_no_step_allocations(true, "none");
@@ -99,7 +99,7 @@ TEST(ModelStepAlloc, SplitBackwardWithDelayedWeightAllocatesNothing) {
   expect_no_step_allocations(true, "full");
 }
 
-// Issue 16: train.precision = bf16 (weight copies refreshed after each update,
+// bf16 mixed precision: train.precision = bf16 (weight copies refreshed after each update,
 // the 2-byte stored operands and their fp32 staging, the rounded-operand
 // workspace) allocates nothing in the step either, fused and split.
 TEST(ModelStepAlloc, Bf16StepAllocatesNothing) {

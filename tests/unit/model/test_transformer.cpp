@@ -261,7 +261,7 @@ TEST(ModelTransformer, TimingFourLayersD256T256Float) {
   EXPECT_GT(s, 0.0);
 }
 
-// Split backward (zero-bubble schedules, issue [L]): B of several micro-batches
+// Split backward (zero-bubble schedules): B of several micro-batches
 // first, a forward of another micro-batch in between, W's later — against the
 // fused backward() one micro-batch at a time. Same GEMMs on the same operands
 // in the same per-parameter order: bit-identical parameter and input gradients,

@@ -52,7 +52,7 @@ TEST(AdamW, SumOfSquaresAndClip) {
   EXPECT_DOUBLE_EQ(optim::clip_factor(50.0, 0.0), 1.0);
 }
 
-// The blocked host reduction ([P] 3) against a naive long-double sum, for
+// The blocked host reduction of the gradient norm against a naive long-double sum, for
 // spans that are and are not multiples of its 16 lanes and 4096-element
 // blocks, on a subview at an odd offset (as the optimizer calls it), twice.
 TEST(AdamW, SumOfSquaresMatchesANaiveSumAndIsDeterministic) {

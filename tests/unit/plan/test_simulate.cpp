@@ -104,7 +104,7 @@ TEST(PlannerSimulation, InterleavedUniformBubbleAgainstMegatronsBound) {
   // trainer's lists reach it when m == pp (all forwards first). For m > pp
   // their blocking receives, placed for rendezvous sends, sit 1–4.5 units
   // above it (pp=2, v=2, m=8: 28.5 against 25.5): the planner must predict
-  // what the trainer runs, not the ideal; nonblocking p2p ([L]) closes it.
+  // what the trainer runs, not the ideal; nonblocking pipeline p2p closes it.
   for (int pp : {2, 4})
     for (int v : {2, 4})
       for (int m : {pp, 2 * pp, 4 * pp}) {
@@ -213,7 +213,7 @@ TEST(PlannerSimulation, ZeroBubbleBeatsOneFOneBWithSplitTimes) {
   }
 }
 
-// Core-attention disaggregation in the step model (issue [O]): with a free
+// Core-attention disaggregation in the step model: with a free
 // exchange (α = β = 0), a plan whose replicas hold very different attention
 // work gets a shorter step and a balanced group; with a costly link the
 // exchange is charged and can make it slower; dp=1 cp=1 has nothing to move.

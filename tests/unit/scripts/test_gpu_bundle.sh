@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU bundle's machinery, tested on the CPU (issue [H] item 5): a bundle of
+# The GPU bundle's machinery, tested on the CPU: a bundle of
 # the host build (WLB4D_BUNDLE_KIND=host) must pass its closure check and run
 # its gpu-check.sh in an empty environment through the bundled loader and
 # glibc, reproducing the CPU reference losses; and the checks must catch a

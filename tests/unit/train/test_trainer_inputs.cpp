@@ -1,4 +1,4 @@
-// Trainer inputs that used to give numbers instead of a message (issue [N]):
+// Trainer inputs that used to give numbers instead of a message:
 // a training set without target tokens (every document 1 token) trained with
 // "loss 0.0000"; an empty validation set printed "val 0.0000"; resuming from a
 // checkpoint past train.steps printed "done: 10 steps | final loss 0.0000".
@@ -108,7 +108,7 @@ TEST(TrainerInputs, ResumePastTheEndSaysTheRunIsComplete) {
   fs::remove_all(dir);
 }
 
-// [P] item 4: the start-up advice against tp > 1 on one small host — exactly
+// TP advice: the start-up advice against tp > 1 on one small host — exactly
 // when tp > 1, every rank is on the host and it has < 4 cores per rank.
 TEST(TrainerInputs, TpHostAdviceOnlyForTpOnASmallSharedHost) {
   const std::string w = train::tp_host_advice(2, 2, 2, 2);
