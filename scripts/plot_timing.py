@@ -12,13 +12,14 @@ Reads the table io::TimingLog writes (lib/include/wlb4d/io/timing_log.hpp):
              latency_imbalance, cp_imbalance, delay_mean, delay_max,
              compute_cpu (process CPU seconds of forward+backward, comm excluded),
              elapsed, tokens_seen, rss_mib, mfu (-1: no log.peak_tflops).
-             t_total is the step alone; t_eval and t_checkpoint are outside it.
+             t_total is the step alone; t_eval, t_checkpoint and t_sample
+             (train.sample_every) are outside it.
              mem_predicted, mem_measured (bytes: memory model, Kokkos high-water
              mark so far), dp_exposed, dp_in_flight, tp_exposed, tp_in_flight
              (seconds: overlappable communication waited / outstanding),
              ca_cost_before, ca_cost_after, ca_imbalance_before, ca_imbalance,
              ca_bytes, ca_exposed
-             (balance.attention=disaggregated; format_version 5)
+             (balance.attention=disaggregated; format_version 5; t_sample: 6)
   /restarts  one row per start of the trainer: step, dp, pp, cp, tp, unix_time,
              cost_a, cost_b, cost_c, cost_calibrated (the balancing cost model)
   /trace     (log.trace_step) one row per pipeline action of the traced step:
@@ -103,8 +104,8 @@ def load(path):
 def summarise(rows):
     names = rows.dtype.names
     # Parts of t_total (the step alone); eval and checkpoint lie outside it.
-    cats = [n for n in names if n.startswith("t_") and n not in ("t_total", "t_eval", "t_checkpoint")]
-    extra = [n for n in ("t_eval", "t_checkpoint") if n in names]
+    cats = [n for n in names if n.startswith("t_") and n not in ("t_total", "t_eval", "t_checkpoint", "t_sample")]
+    extra = [n for n in ("t_eval", "t_checkpoint", "t_sample") if n in names]
     step_ids = np.unique(rows["step"])
     ranks = np.unique(rows["rank"])
     step_time = np.array([rows["t_total"][rows["step"] == s].max() for s in step_ids])
@@ -238,7 +239,7 @@ def plot(rows, s, out, title, trace_step, trace_rows, kinds):
     # 2. Step time over steps (max over ranks); evaluation and checkpoint apart.
     st_steps = s["steps"] + 1
     ax[1].plot(st_steps, s["step_time"] * 1e3, ".-", color="tab:blue", label="step (t_total)")
-    for col, mk, colr in (("t_eval", "v", "tab:orange"), ("t_checkpoint", "s", "tab:red")):
+    for col, mk, colr in (("t_eval", "v", "tab:orange"), ("t_checkpoint", "s", "tab:red"), ("t_sample", "^", "tab:green")):
         if col in rows.dtype.names:
             v = np.array([rows[col][rows["step"] == st].max() for st in s["steps"]])
             if v.any():

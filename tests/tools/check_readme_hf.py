@@ -9,8 +9,8 @@ WORKDIR, where `build`, `tests` and `inputs` stand for BUILD_DIR and the
 repository's folders (the commands are written for the repository root after
 scripts/build.sh); `mpiexec` is MPIEXEC. Each must exit 0; then the files the
 text promises must exist: the HF directory (config.json, model.safetensors,
-tokenizer.json), the imported checkpoint, and the continued run's log line
-"initialised from".
+tokenizer.json), the imported checkpoint, wlb4d-generate's speed line and
+the continued run's log line "initialised from".
 """
 import os
 import re
@@ -42,7 +42,8 @@ out = ""
 for title in ("Using a trained model", "Starting from pretrained weights"):
     for line in section(title):
         cmd = re.sub(r"^mpiexec\b", mpiexec, line)
-        r = subprocess.run(["bash", "-c", cmd], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        r = subprocess.run(["bash", "-c", cmd], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           errors="replace")
         print(f"$ {line}\n{r.stdout[-2000:]}", end="")
         if r.returncode != 0:
             sys.exit(f"check_readme_hf: README command failed (rc {r.returncode}): {line}")
@@ -51,6 +52,8 @@ for f in ("runs/hf-demo/hf/config.json", "runs/hf-demo/hf/model.safetensors", "r
           "runs/hf-demo/imported.h5"):
     if not os.path.exists(os.path.join(work, f)):
         sys.exit(f"check_readme_hf: {f} was not written by the README's commands")
+if not re.search(r"new tokens in [0-9.]+ s \([0-9.]+ tokens/s, KV cache\)", out):
+    sys.exit("check_readme_hf: wlb4d-generate did not report its speed")
 if "initialised from runs/hf-demo/imported.h5" not in out:
     sys.exit("check_readme_hf: the continued run did not start from the imported weights")
 print("check_readme_hf: ok")

@@ -280,6 +280,11 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(int, train, eval_every, "steps between validations (0: never)", at_least(0)),
       WLB_KEY(std::int64_t, train, eval_tokens, "tokens per validation (tokens)", at_least<std::int64_t>(1)),
       WLB_KEY(int, train, print_every, "steps between rank-0 progress lines", at_least(1)),
+      WLB_KEY(int, train, sample_every,
+              "steps between text samples rank 0 prints from the current weights (0: never)", at_least(0)),
+      WLB_KEY(int, train, sample_tokens, "tokens per sample (train.sample_every)", at_least(1)),
+      WLB_KEY(std::string, train, sample_prompt, "text each sample continues (empty: a new document)",
+              any<std::string>()),
       WLB_KEY(std::string, train, precision,
               "GEMM precision: fp32|bf16 (bf16 operands rounded to nearest even, fp32 accumulation; master "
               "weights, optimizer state, norms, softmax, loss and gradient sums stay fp32)",

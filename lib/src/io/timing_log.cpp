@@ -28,10 +28,10 @@ namespace h5 = data::h5;
 using h5::Handle;
 using core::DataError;
 
-constexpr int kFormatVersion = 5;
+constexpr int kFormatVersion = 6;
 const char* const kNames[kNumCategories] = {"plan",     "data",     "forward",   "backward",
                                             "p2p_wait", "tp_comm",  "cp_comm",   "dp_reduce",
-                                            "optimizer", "checkpoint", "eval",   "total"};
+                                            "optimizer", "checkpoint", "eval",   "sample", "total"};
 
 bool file_exists(const std::string& p) {
   struct stat st;

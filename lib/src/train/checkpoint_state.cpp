@@ -72,6 +72,56 @@ void CheckpointState::pull() {
   }
 }
 
+void CheckpointState::pull_values() {
+  for (std::size_t c = 0; c < chunks_.size(); ++c) Kokkos::deep_copy(hv_[c], chunks_[c]->values());
+}
+
+std::vector<float> CheckpointState::gather_tensor(const std::string& name, const comm::Communicator& world,
+                                                  int root) const {
+  const auto it = std::find_if(tensors_.begin(), tensors_.end(), [&](const io::TensorRef& t) { return t.name == name; });
+  if (it == tensors_.end()) throw core::InternalError("gather_tensor: no tensor " + name);
+  const io::TensorRef& t = *it;
+  const int me = world.rank(), n = world.size();
+  std::vector<int> writes(std::size_t(n), 0);
+  const int mine = t.writer ? 1 : 0;
+  world.allgather(&mine, writes.data(), 1);
+  // A slab: 2-D start and count (a vector is one row), then its values.
+  const auto slab = [&](std::vector<std::int64_t>& hdr) {
+    hdr = t.global_shape.size() == 1 ? std::vector<std::int64_t>{0, t.start[0], 1, t.count[0]}
+                                     : std::vector<std::int64_t>{t.start[0], t.start[1], t.count[0], t.count[1]};
+  };
+  constexpr int kTag = 7301;
+  if (me != root) {
+    if (t.writer) {
+      std::vector<std::int64_t> hdr;
+      slab(hdr);
+      world.send(hdr.data(), 4, root, kTag);
+      world.send(t.value, std::size_t(hdr[2] * hdr[3]), root, kTag + 1);
+    }
+    return {};
+  }
+  const std::int64_t cols = t.global_shape.back(), rows = t.global_shape.size() == 1 ? 1 : t.global_shape[0];
+  std::vector<float> full(std::size_t(rows * cols), 0.0f), buf;
+  const auto place = [&](const std::vector<std::int64_t>& hdr, const float* src) {
+    for (std::int64_t r = 0; r < hdr[2]; ++r)
+      std::copy(src + r * hdr[3], src + (r + 1) * hdr[3], full.begin() + (hdr[0] + r) * cols + hdr[1]);
+  };
+  for (int r = 0; r < n; ++r) {
+    if (!writes[std::size_t(r)]) continue;
+    std::vector<std::int64_t> hdr(4);
+    if (r == me) {
+      slab(hdr);
+      place(hdr, t.value);
+      continue;
+    }
+    world.recv(hdr.data(), 4, r, kTag);
+    buf.resize(std::size_t(hdr[2] * hdr[3]));
+    world.recv(buf.data(), buf.size(), r, kTag + 1);
+    place(hdr, buf.data());
+  }
+  return full;
+}
+
 void CheckpointState::prepare_load() {
   if (moments_ && zero_) stage();
 }

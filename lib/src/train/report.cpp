@@ -39,7 +39,7 @@ std::string human_count(double x) {
 
 std::string format_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
                              const StepLineContext& ctx) {
-  double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0;
+  double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0, sample = 0;
   double dpx = 0, dpf = 0, tpx = 0, tpf = 0;  // communication exposed / in flight, max over ranks
   double cax = 0, cabytes = 0;  // core attention: exposed wait (max over ranks), bytes moved
   for (const auto& r : all) {
@@ -52,6 +52,7 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
     mem = std::max(mem, r.rss_mib);
     eval = std::max(eval, r.time[io::kEval]);
     ckpt = std::max(ckpt, r.time[io::kCheckpoint]);
+    sample = std::max(sample, r.time[io::kSample]);
     const double c = r.time[io::kForward] + r.time[io::kBackward];
     tmin = std::min(tmin, c);
     tmax = std::max(tmax, c);
@@ -77,7 +78,8 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
                                                  cai_a, cabytes / 1048576.0, cax * 1e3)
                                    : std::string();
   const std::string extra = (eval > 0 ? fmt::format(" | eval {:.0f} ms", eval * 1e3) : std::string()) +
-                            (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string());
+                            (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string()) +
+                            (sample > 0 ? fmt::format(" | sample {:.0f} ms", sample * 1e3) : std::string());
   return fmt::format(
       "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
       " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"

@@ -13,6 +13,9 @@
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/data/tokenizer.hpp"
 #include "wlb4d/data/document_stream.hpp"
+#include "wlb4d/core/param_shapes.hpp"
+#include "wlb4d/infer/decoder.hpp"
+#include "wlb4d/infer/sampling.hpp"
 #include "wlb4d/io/checkpoint.hpp"
 #include "wlb4d/train/checkpoint_state.hpp"
 #include "wlb4d/model/transformer.hpp"
@@ -571,6 +574,45 @@ struct Trainer::Impl {
   }
 
   /// Writes the checkpoint of the current step (collective over the world).
+  /// After ++step: every train.sample_every steps.
+  bool sample_due() const { return cfg.train.sample_every > 0 && step % cfg.train.sample_every == 0; }
+
+  /// train.sample_every: rank 0 assembles the current weights tensor by
+  /// tensor (CheckpointState::gather_tensor, collective over the world) into
+  /// an infer::Decoder and prints sample_tokens tokens continuing
+  /// sample_prompt, drawn at temperature 1 with the seed train.seed + step
+  /// (llm.c's samples). Returns the seconds it took (every rank).
+  double sample_text() {
+    const double t0 = core::wall_seconds();
+    const auto& g = grid;
+    ckpt->pull_values();
+    const auto shapes = core::param_shapes(cfg.model, vocab);
+    const auto fetch = [&](const std::string& name, const std::vector<std::int64_t>&) {
+      return ckpt->gather_tensor(name, g.world(), 0);
+    };
+    if (g.rank() != 0) {
+      for (const auto& p : shapes) fetch(p.name, p.global_shape);
+      return core::wall_seconds() - t0;
+    }
+    const auto tok = data::make_tokenizer(train_ds.tokenizer(), train_ds.tokenizer_model(), train_ds.path());
+    std::vector<std::int32_t> prompt;
+    for (auto t : tok->encode(cfg.train.sample_prompt)) prompt.push_back(std::int32_t(t));
+    if (prompt.empty()) prompt.push_back(tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id());  // a new document
+    infer::Decoder dec(cfg.model, vocab, train_ds.vocab_size(),
+                       std::int64_t(prompt.size()) + cfg.train.sample_tokens, fetch);
+    infer::SamplingOptions so;
+    so.seed = cfg.train.seed + std::uint64_t(step);
+    infer::Sampler sampler(so);
+    const auto gen = infer::generate(dec, prompt, cfg.train.sample_tokens, sampler, tok->eos_id());
+    std::vector<token_t> ids;
+    for (auto t : gen.tokens)
+      if (t != tok->eos_id()) ids.push_back(token_t(t));
+    std::string text = cfg.train.sample_prompt + tok->decode(ids.data(), ids.size());
+    spdlog::info("sample at step {} ({} tokens{}): {}", step, gen.tokens.size(),
+                 gen.stopped ? ", ended the document" : "", infer::printable(text));
+    return core::wall_seconds() - t0;
+  }
+
   std::string save_checkpoint() {
     Kokkos::fence();
     ckpt->pull();  // ZeRO-1: gathers the moments into host staging
@@ -810,13 +852,15 @@ StepResult Trainer::run() {
       I.save_checkpoint();
       last.record.time[io::kCheckpoint] = core::wall_seconds() - t0;  // not part of kTotal (the step alone)
     }
+    const bool sampled = I.sample_due();
+    if (sampled) last.record.time[io::kSample] = I.sample_text();  // not part of kTotal either
     window.add(last);
     const double elapsed = core::wall_seconds() - I.run_start;
     last.record.elapsed = elapsed;
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
     if (last.step + 1 == I.cfg.log.trace_step) I.tlog->append_trace(I.trace_rows, kind_names);  // collective
     const bool print = (last.step + 1) % I.cfg.train.print_every == 0 || last.step == 0 ||
-                       last.step + 1 == I.cfg.train.steps || last.val_loss >= 0;
+                       last.step + 1 == I.cfg.train.steps || last.val_loss >= 0 || sampled;
     if (print && g.rank() == 0) {
       StepLineContext ctx;
       ctx.total_steps = I.cfg.train.steps;

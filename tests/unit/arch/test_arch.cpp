@@ -43,7 +43,7 @@ const std::map<std::string, int> kAreaRank = {
     {"data", 3},     {"balance", 3},  //
     {"model", 4},                   //
     {"pipeline", 5},                //
-    {"optim", 6},    {"io", 6},     {"plan", 6},  //
+    {"optim", 6},    {"io", 6},     {"plan", 6},  {"infer", 6},  //
     {"train", 7},    {"hf", 7},  //
 };
 

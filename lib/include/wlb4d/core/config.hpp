@@ -136,6 +136,12 @@ struct TrainConfig {
   int eval_every = 25;         ///< steps between validations (0: never)
   std::int64_t eval_tokens = 8192;  ///< tokens per validation
   int print_every = 1;         ///< steps between rank-0 lines
+  /// Every N steps rank 0 prints a sample of sample_tokens tokens continuing
+  /// sample_prompt ("": a new document) from the current weights (llm.c's
+  /// samples during training; infer::Decoder). 0: never.
+  int sample_every = 0;
+  int sample_tokens = 64;
+  std::string sample_prompt;
   /// fp32 | bf16: bf16 GEMM operands (weights copied from the fp32 masters
   /// after every update, activations rounded), fp32 accumulation, fp32
   /// everything else (DESIGN §10, model/bf16_gemm.hpp).

@@ -13,7 +13,7 @@
 ///              action of the step log.trace_step names, one row per (rank,
 ///              action); attribute kind_names (comma-separated names of the
 ///              `kind` codes). Absent when no step was traced.
-///   attributes on /: format = "wlb4d-timing", format_version = 5, and the
+///   attributes on /: format = "wlb4d-timing", format_version = 6, and the
 ///              run's identity as of the latest start (RunIdentity: deck,
 ///              program_version, start_time, layout, world_size, peak_tflops).
 /// All times are wall seconds measured after Kokkos::fence(), except
@@ -24,7 +24,8 @@
 /// memory columns (mem_predicted, mem_measured); version 4 the communication
 /// overlap columns (dp_exposed, dp_in_flight, tp_exposed, tp_in_flight);
 /// version 5 the core-attention columns (ca_cost_before, ca_cost_after,
-/// ca_imbalance_before, ca_imbalance, ca_bytes, ca_exposed). A file
+/// ca_imbalance_before, ca_imbalance, ca_bytes, ca_exposed); version 6 the
+/// t_sample column (train.sample_every, outside t_total). A file
 /// of another version is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
@@ -49,6 +50,7 @@ enum TimeCategory : int {
   kOptimizer,   ///< clipping + AdamW
   kCheckpoint,  ///< checkpoint writing
   kEval,        ///< validation (not part of kTotal)
+  kSample,      ///< a text sample, train.sample_every (not part of kTotal)
   kTotal,       ///< the optimizer step alone: plan .. optimizer; eval and checkpoint excluded
   kNumCategories
 };

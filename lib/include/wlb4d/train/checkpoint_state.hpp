@@ -81,6 +81,16 @@ class CheckpointState {
   /// Frees the ZeRO-1 staging (after save_checkpoint). Else a no-op.
   void release();
 
+  /// Device -> host mirrors of the values only (before gather_tensor()).
+  void pull_values();
+  /// The whole fp32 tensor `name` (row-major, global shape) on world rank
+  /// `root`, assembled from the shards of its writers (one writer per element,
+  /// the checkpoint's rule; a tied-embedding replica is not one); other ranks
+  /// get an empty vector. Collective over `world`: every rank calls it with
+  /// the same names in the same order. Peak memory on root: one tensor.
+  /// \throws core::InternalError for a name outside tensors().
+  std::vector<float> gather_tensor(const std::string& name, const comm::Communicator& world, int root) const;
+
  private:
   using HostVec = Kokkos::View<float*, Kokkos::HostSpace>;
   struct Shard {
