@@ -37,6 +37,14 @@ int check_only(const wlb::core::CommandLine& cl) {
 int main(int argc, char** argv) {
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb;
+    if (ac == 1) {  // no deck and no key: a user asking what to do, not a run of the defaults
+      if (core::world_rank() == 0)
+        std::fprintf(stderr,
+                     "Usage: wlb4d DECK.ini [--section.key=value ...] [--print-config] [--check] [--help]\n"
+                     "  e.g. scripts/quickstart.sh, or: mpiexec -n 8 build/app/wlb4d inputs/quickstart.ini\n"
+                     "  wlb4d --help lists every deck key.\n");
+      return 2;
+    }
     core::install_stop_handlers();  // first: a stop during start-up is deferred, not fatal
     core::check_fault_env();        // tests' WLB4D_FAULT: a typo fails every rank now, not mid-run
     core::CommandLine cl = core::parse_command_line(ac, av);

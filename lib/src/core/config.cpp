@@ -17,6 +17,7 @@
 #include <iomanip>
 #include <limits>
 #include <set>
+#include <algorithm>
 #include <sstream>
 
 namespace po = boost::program_options;
@@ -447,13 +448,50 @@ constexpr int kCliStyle = po::command_line_style::default_style & ~po::command_l
 
 std::string section_of(const std::string& name) { return name.substr(0, name.find('.')); }
 
+/// Levenshtein distance (insert, delete, substitute: 1 each).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// "; did you mean 'model.layers'?" for the nearest deck key within a third
+/// of the name's length (at least 2 edits), or a word on the unknown section;
+/// "" when nothing is near.
+std::string did_you_mean(const std::string& name) {
+  std::string best;
+  std::size_t best_d = std::max<std::size_t>(2, name.size() / 3) + 1;
+  std::set<std::string> sections;
+  for (const auto& k : key_table()) {
+    sections.insert(section_of(k.name));
+    const std::size_t d = edit_distance(name, k.name);
+    if (d < best_d) best_d = d, best = k.name;
+  }
+  if (!best.empty()) return "; did you mean '" + best + "'?";
+  if (!sections.count(section_of(name))) {
+    std::string list;
+    for (const auto& s : sections) list += (list.empty() ? "" : ", ") + s;
+    return "; '" + section_of(name) + "' is not a section (sections: " + list + ")";
+  }
+  return "";
+}
+
 // Translate Boost's exceptions into messages that name key, value and rule.
 [[noreturn]] void rethrow_po(const po::error& e, const std::string& where) {
   if (auto* u = dynamic_cast<const po::unknown_option*>(&e)) {
     std::string key = u->get_option_name();
     while (!key.empty() && key[0] == '-') key.erase(0, 1);
-    throw ConfigError("unknown key '" + key + "'" + where +
-                      ": not a deck key (see --help for the list)");
+    throw ConfigError("unknown key '" + key + "'" + where + ": not a deck key" + did_you_mean(key) +
+                      " (see --help for the list)");
   }
   if (auto* iv = dynamic_cast<const po::validation_error*>(&e)) {
     std::string key = iv->get_option_name();
@@ -772,8 +810,8 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     for (const auto& opt : parsed.options) {
       if (!opt.unregistered) continue;
       if (opt.string_key.find('.') != std::string::npos)
-        throw ConfigError("unknown key '" + opt.string_key +
-                          "' on the command line: not a deck key (see --help for the list)");
+        throw ConfigError("unknown key '" + opt.string_key + "' on the command line: not a deck key" +
+                          did_you_mean(opt.string_key) + " (see --help for the list)");
       for (const auto& tok : opt.original_tokens) out.extra.push_back(tok);
     }
     po::store(parsed, vm);  // CLI first: the first stored value wins

@@ -46,6 +46,17 @@
 namespace wlb::train {
 
 namespace {
+/// A deck's dataset: a missing file names the key and the command that makes one.
+data::TokenDataset open_dataset(const char* key, const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw core::DataError(std::string(key) + " = " + path + ": token dataset does not exist; make it from a corpus "
+                          "with: wlb4d-prep --input CORPUS.jsonl --output " + path);
+  return data::TokenDataset::open(path);
+}
+}  // namespace
+
+namespace {
 
 /// The data stream seen by the packer: documents of the training set in the
 /// stream's seeded order.
@@ -134,13 +145,13 @@ struct Trainer::Impl {
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
         grid(g),
-        train_ds(data::TokenDataset::open(c.data.train)),
+        train_ds(open_dataset("data.train", c.data.train)),
         stream(train_ds, c.train.seed, c.data.shuffle, c.data.max_docs > 0 ? c.data.max_docs : -1),
         source(stream) {
     // The outputs first: an unwritable log fails now, not after calibration
     // and checkpoint load (checkpoint.dir is checked below, once its size is known).
     io::check_timing_log_paths(c.log.timing_file, c.log.csv_file, g.world());
-    if (!c.data.val.empty()) val_ds.emplace(data::TokenDataset::open(c.data.val));
+    if (!c.data.val.empty()) val_ds.emplace(open_dataset("data.val", c.data.val));
     if (g.rank() == 0)
       for (const auto* ds : {&train_ds, val_ds ? &*val_ds : nullptr})
         if (ds && !ds->has_checksum())
