@@ -16,6 +16,7 @@
 #include <functional>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <set>
 #include <algorithm>
 #include <sstream>
@@ -906,7 +907,33 @@ std::string deck_help() {
      << "--version prints the versions of wlb4d and its libraries; --kokkos-help Kokkos' options.\n\n"
      << "Layout rules (what must divide what):\n"
      << layout_rules() << "\n";
-  os << deck_options();
+  // The keys by section, each under a one-line summary; the planner's own
+  // keys ([plan]) are listed by wlb4d-plan --help, which reads them.
+  static const std::map<std::string, std::string> summary = {
+      {"model", "the Llama-style decoder: shape, RoPE, norm, vocabulary, tied embeddings, recompute"},
+      {"parallel", "the 4D layout (dp*pp*cp*tp = MPI ranks), pipeline schedule, ZeRO-1, sequence parallelism"},
+      {"data", "token datasets (written by wlb4d-prep)"},
+      {"balance", "per-step document packing and CP sharding (WLB-LLM), the cost model"},
+      {"optim", "AdamW, gradient clipping, the learning-rate schedule"},
+      {"train", "steps, batch, sequence length, evaluation, samples, precision"},
+      {"checkpoint", "HDF5 checkpoints: when, where, retention, resume, init_from"},
+      {"comm", "communication: collectives backend, waiting, gradient buckets, timeouts"},
+      {"log", "log level, timing files (HDF5/CSV), traces, the device's peak for MFU"},
+  };
+  Config defaults;
+  std::vector<std::string> order;
+  for (const auto& k : key_table())
+    if (std::find(order.begin(), order.end(), section_of(k.name)) == order.end()) order.push_back(section_of(k.name));
+  os << "Deck keys ([section] key = value in the deck, or --section.key=value):\n";
+  for (const auto& sec : order) {
+    if (sec == "plan") continue;
+    const auto it = summary.find(sec);
+    po::options_description od("[" + sec + "] " + (it != summary.end() ? it->second : std::string()), 120, 60);
+    for (const auto& k : key_table())
+      if (section_of(k.name) == sec) k.add(od, defaults);
+    os << "\n" << od;
+  }
+  os << "\n[plan] the planner's keys (cluster, device, search): wlb4d-plan --help\n";
   return os.str();
 }
 
