@@ -1,4 +1,4 @@
-// Document-masked FlashAttention-2 forward and backward (wlb::model, issue [B]/[G]).
+// Document-masked FlashAttention-2 forward and backward (wlb::model).
 // Counter "GFLOPs" = FLOPs / time with the FA-2 convention: forward 4·D·Hq·(allowed
 // (i, j) pairs), backward 2.5 × forward (the kernel itself recomputes S and dP once
 // more, 7 tile matmuls instead of 5, to stay atomic-free).
@@ -97,7 +97,7 @@ void BM_attention_fwd_bwd(benchmark::State& st) {
 }
 
 // The SGEMM reference at the attention's shapes, measured by the same binary
-// in the same run (issue [P] 2): the two products of the forward for the full,
+// in the same run: the two products of the forward for the full,
 // unmasked T × T score matrix of one head, S = Q·Kᵀ (T × T × D, "N","T") and
 // O = P·V (T × D × T, "N","N"), through KokkosBlas::gemm (the BLAS). Args (T, D).
 // scripts/bench.sh divides BM_attention_fwd_bwd's rate by this one at the same D.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Core-attention disaggregation on a real long-tailed corpus (issue [O]):
+# Core-attention disaggregation on a real long-tailed corpus:
 # dp=2 on 2 ranks (one per core here), SpamAssassin bodies, three runs of
 # the same deck (inputs/bench-ca-spam.ini), the same documents and steps:
 #   fixed                — balance.packer=fixed (plain 4D baseline)

@@ -1,4 +1,4 @@
-// Element-wise and reduction kernels of the model (wlb::model, issue [G]) at
+// Element-wise and reduction kernels of the model (wlb::model) at
 // the GPT-2-small shapes of one 1024-token micro-batch (d_model 768, 12 heads
 // of 64, SwiGLU hidden 2048, vocabulary 50304), fp32.
 // Counters: "GB/s" = bytes the kernel must move (each array read or written
@@ -135,7 +135,7 @@ void BM_cross_entropy(benchmark::State& st) {
 
 }  // namespace
 
-// Optimizer passes ([P] item 3) over 32 Mi parameters (a GPT-2-small stage's
+// Optimizer passes over 32 Mi parameters (a GPT-2-small stage's
 // order of magnitude): the global-norm reduction reads g (4 B/element); AdamW
 // reads θ, g, m, v and writes θ, m, v (28 B/element). "GB/s" against the
 // triad is the share of the bandwidth bound.

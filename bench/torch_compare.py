@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""wlb4d against PyTorch on the same Llama model, the same tokens ([P] item 6).
+"""wlb4d against PyTorch on the same Llama model, the same tokens.
 
 Builds the model of a wlb4d deck in PyTorch (the deck as `wlb4d DECK
 --print-config` resolves it), trains both on the same packed micro-batches of

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peak memory per rank, predicted vs measured, and the step-time cost of each
-# memory feature (issue [I] 15 item 5): the benchmark decks with recompute
+# memory feature: the benchmark decks with recompute
 # none/selective/full (1 rank), and ZeRO-1 on dp=2 and sequence parallelism on
 # tp=2 rows (meaningful once those features are merged).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end training throughput (issue [G]): runs the benchmark decks on 1 and
+# End-to-end training throughput: runs the benchmark decks on 1 and
 # 2 ranks and prints one table (and writes a CSV) with tokens/s, achieved model
 # GFLOP/s, share of the SGEMM peak measured in the same run, the GEMM-bound
 # share (GEMM FLOPs of the step at that peak / step time), time by category
@@ -119,7 +119,7 @@ cpu = 1e3 * statistics.median(max(float(r.get("compute_cpu") or 0) for r in by(s
 m = re.search(r"peak memory per rank (\d+)-(\d+) MiB", open(log).read())
 mem = m.group(2) if m else ""
 share = gfl / (float(peak) * int(n) * int(th)) if float(peak) > 0 else 0
-# GEMM-bound share ([P] 1): the step's GEMM FLOPs (6 N_mm per token, the
+# GEMM-bound share: the step's GEMM FLOPs (6 N_mm per token, the
 # trainer's start-up line) at the SGEMM peak of this run, over the measured
 # step time. 1.0 = the step is as fast as its GEMMs alone at peak; the
 # target is >= 1/1.10.
@@ -176,7 +176,7 @@ for name, ms, cms, vals in out:
         print(f"{name:38s} {ms:8.2f} {g:8.2f} GB/s     {s}{ex}")
 ' "$PEAK"
 fi
-# wlb4d against PyTorch on the same model and tokens ([P] item 6; off by
+# wlb4d against PyTorch on the same model and tokens (off by
 # default): TORCH=1 runs bench/torch_compare.py on every deck, TORCH_ROUNDS
 # alternating rounds of TORCH_STEPS steps (the deck's micro-batches), with the
 # threads and OpenBLAS kernel of this run. Prints `skipped:` without torch.

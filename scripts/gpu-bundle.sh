@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the self-contained GPU bundle (DESIGN §12, issue [H] item 5): the CUDA
+# Builds the self-contained GPU bundle (DESIGN §12): the CUDA
 # binaries of a finished CUDA build, every shared library they load except the
 # NVIDIA driver's and the CUDA runtime's (cudart, cuBLAS, cuBLASLt, NCCL: the
 # target finds those in its toolkit or its PyTorch wheels; cuBLASLt alone is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check in one go (issue [F]): builds wlb4d with the GPU path
+# GPU check in one go: builds wlb4d with the GPU path
 # (-DWLB4D_ENABLE_CUDA=ON: Kokkos CUDA space, cuBLAS through KokkosKernels,
 # NCCL collectives), runs the tests labelled `gpu` plus the kernel and trainer
 # tests on the device, then trains the benchmark deck on 1 GPU (and on dp=2

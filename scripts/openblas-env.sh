@@ -1,6 +1,6 @@
 # Sourced (not run) by scripts/quickstart.sh, scripts/bench.sh and
 # slurm/train-cpu.sbatch: when OPENBLAS_CORETYPE is unset, set it to the best
-# OpenBLAS kernel this CPU supports (issue [P] item 7). An OpenBLAS older than
+# OpenBLAS kernel this CPU supports. An OpenBLAS older than
 # the CPU (Debian 12's 0.3.21 on Zen 5) otherwise falls back to its generic
 # SSE3 kernel "Prescott": measured on one Zen 5 core 25-30 GFLOP/s, against
 # 101 for Haswell (AVX2) and 188 for SkylakeX (AVX-512). A value that is set

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Predicted (wlb4d-plan --search, the deck's own row) vs measured (wlb4d)
 # step time and peak memory on this machine, 1 and 2 ranks, no
-# oversubscription (issue 19 item 4; docs/planner.md).
+# oversubscription (docs/planner.md).
 #
 #   scripts/plan-vs-measured.sh [OUT_DIR] [full|small]
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu-check.sh inside the GPU bundle (scripts/gpu-bundle.sh; DESIGN §12, issue
-# [H] item 6): the one command for a lent GPU machine, under 10 minutes on one
+# gpu-check.sh inside the GPU bundle (scripts/gpu-bundle.sh; DESIGN §12): the
+# one command for a lent GPU machine, under 10 minutes on one
 # H200. Needs only what the bundle holds plus the NVIDIA driver and the CUDA
 # runtime libraries (cudart, cuBLAS, cuBLASLt, NCCL), which it looks for in
 # $CUDA_HOME, /usr/local/cuda*, the loader's cache and the nvidia-* pip wheels
