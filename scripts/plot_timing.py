@@ -22,9 +22,13 @@ Reads the table io::TimingLog writes (lib/include/wlb4d/io/timing_log.hpp):
              (balance.attention=disaggregated; format_version 5; t_sample: 6)
   /restarts  one row per start of the trainer: step, dp, pp, cp, tp, unix_time,
              cost_a, cost_b, cost_c, cost_calibrated (the balancing cost model)
-  /trace     (log.trace_step) one row per pipeline action of the traced step:
+  /trace     (log.trace_step) one row per interval of the traced step:
              step, rank, stage, virtual_stage, micro_batch, kind (named by the
-             attribute kind_names), peer, t0, t1 (seconds from the step's start)
+             attribute kind_names), peer, t0, t1 (seconds from the step's start);
+             the pipeline actions (F, B, W, SendAct, RecvAct, SendGrad,
+             RecvGrad) are drawn here; the TP/CP collective and phase rows
+             (tp_comm, cp_comm, plan, data, ...) are in the trace JSON
+             (log.trace_json, for ui.perfetto.dev) and not drawn
   attributes deck, program_version, start_time, layout, world_size, peak_tflops
 After a resume from an older checkpoint a step can appear twice; the last
 rows written for a (step, rank) win.
@@ -152,6 +156,11 @@ def title_of(attrs, path):
     if attrs.get("peak_tflops"):
         parts.append(f"peak {attrs['peak_tflops']:g} TFLOP/s/device")
     return f"{os.path.basename(path)}: " + " | ".join(parts)
+
+
+# /trace kinds that are pipeline actions (the timeline's bars); the other
+# kinds (tp_comm, cp_comm, the step phases) are left to the Chrome trace JSON.
+PIPELINE_ACTIONS = ["F", "B", "W", "SendAct", "RecvAct", "SendGrad", "RecvGrad"]
 
 
 def pick_trace(trace, want):
@@ -326,6 +335,9 @@ def main(argv=None):
                   f"c={r['cost_c']:.3e} s ({how})")
     kinds = attrs.get("kind_names", [])
     if trace_rows is not None:
+        # The timeline draws the pipeline actions; /trace's phase and TP/CP
+        # collective rows are drawn by the trace JSON (log.trace_json).
+        trace_rows = trace_rows[np.isin([kinds[k] for k in trace_rows["kind"]], PIPELINE_ACTIONS)]
         print(f"pipeline timeline  step {trace_step}: {trace_rows.size} actions on "
               f"{np.unique(trace_rows['rank']).size} ranks, bubble {100 * bubble_share(trace_rows, kinds):.1f} % "
               f"of the compute span")

@@ -7,6 +7,11 @@
 #   nodir:    log.timing_file in a folder that does not exist
 #   notdir:   log.csv_file under a regular file
 #   readonly: log.timing_file in a read-only tmpfs (root; else 77: skipped)
+#   tb_notdir: log.tensorboard_dir under a regular file (the directory is
+#             created when missing, so the cause is the file in the way)
+#   tb_readonly: log.tensorboard_dir in a read-only tmpfs (root; else 77)
+#   trace_json_nodir: log.trace_json (with log.trace_step) in a folder that
+#             does not exist
 set -u
 source "$(dirname "$0")/lib.sh"
 scenario=$1 mpiexec=$2 wlb4d=$3 prep=$4 src=$5
@@ -21,9 +26,20 @@ case "$scenario" in
     mkdir ro
     mount -t tmpfs -o ro,size=1m tmpfs ro 2>/dev/null || { echo "$test_label: cannot mount a tmpfs (needs root): skipped"; exit 77; }
     key=log.timing_file path=ro/t.h5 want="folder 'ro' is not writable: Read-only file system" ;;
+  tb_notdir)
+    : > afile; key=log.tensorboard_dir path=afile/tb
+    want="must be a directory rank 0 can create and write: 'afile' is not a directory" ;;
+  tb_readonly)
+    mkdir ro
+    mount -t tmpfs -o ro,size=1m tmpfs ro 2>/dev/null || { echo "$test_label: cannot mount a tmpfs (needs root): skipped"; exit 77; }
+    key=log.tensorboard_dir path=ro/tb
+    want="must be a directory rank 0 can create and write: cannot create directory 'ro/tb': Read-only file system" ;;
+  trace_json_nodir)
+    key=log.trace_json path=nodir/t.json want="folder 'nodir' does not exist"
+    extra=--log.trace_step=2 ;;
 esac
 run_timed 100 "$mpiexec" -n 2 "$wlb4d" "$src/inputs/ci-tiny.ini" --parallel.dp=2 --train.steps=3 \
-  --balance.calibrate=true --checkpoint.at_end=false --$key=$path
+  --balance.calibrate=true --checkpoint.at_end=false --$key=$path ${extra:-}
 printf '%s\n' "$out"
 expect_job_failed
 n=$(out_count -F "$key='$path': $want")

@@ -323,6 +323,16 @@ const std::vector<KeySpec>& key_table() {
               "record start/end of every pipeline action of this step (1-based, as the step line counts) in the "
               "timing log's /trace (0: off)",
               at_least<std::int64_t>(0)),
+      WLB_KEY(std::string, log, trace_json,
+              "the traced step (log.trace_step) as Chrome trace-event JSON for ui.perfetto.dev / chrome://tracing: "
+              "auto = log.timing_file with .trace.json for its extension (none without a timing file), a path, "
+              "or empty: off",
+              any<std::string>()),
+      WLB_KEY(std::string, log, tensorboard_dir,
+              "directory of TensorBoard event files with the step scalars (loss, lr, grad norm, throughput, MFU, "
+              "memory, imbalance, exposed communication, step/checkpoint time, validation loss); rank 0 "
+              "creates it and a new file per start (empty: off)",
+              any<std::string>()),
       // [comm]
       WLB_KEY(std::string, comm, wait, "yield (MPI_Test + sched_yield; oversubscribed) | block",
               one_of({"yield", "block"})),
@@ -737,6 +747,10 @@ void validate(const Config& c) {
     fail(fmt::format("comm.grad_reduce_dtype=bf16 needs parallel.zero=0 (got parallel.zero={}): ZeRO-1's "
                      "reduce-scatter has no bf16 variant",
                      p.zero));
+  if (!c.log.trace_json.empty() && c.log.trace_json != "auto" && c.log.trace_step == 0)
+    fail(fmt::format("log.trace_json='{}' needs log.trace_step = N (the step it draws, 1..train.steps): no step "
+                     "is traced with log.trace_step=0",
+                     c.log.trace_json));
   if (c.log.trace_step > c.train.steps)
     fail(fmt::format("log.trace_step={} must be 0 (off) or <= train.steps={} (a step the run reaches)",
                      c.log.trace_step, c.train.steps));

@@ -390,7 +390,7 @@ std::string log_path_problem(const char* key, const std::string& path) {
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (::stat(dir.c_str(), &st) != 0)
-    return pre + "folder '" + dir + "' does not exist (the timing log does not create folders): " +
+    return pre + "folder '" + dir + "' does not exist (the trainer does not create log files' folders): " +
            std::strerror(errno);
   if (!S_ISDIR(st.st_mode)) return pre + "'" + dir + "' is not a directory";
   const std::string probe = dir + "/.wlb4d-probe-" + std::to_string(::getpid());
@@ -402,15 +402,19 @@ std::string log_path_problem(const char* key, const std::string& path) {
 }
 }  // namespace
 
-void check_timing_log_paths(const std::string& timing_file, const std::string& csv_file,
-                            const comm::Communicator& world) {
+void check_log_file_paths(const std::vector<std::pair<std::string, std::string>>& key_paths,
+                          const comm::Communicator& world) {
   std::string err;
-  if (world.rank() == 0) {
-    err = log_path_problem("log.timing_file", timing_file);
-    if (err.empty()) err = log_path_problem("log.csv_file", csv_file);
-  }
+  if (world.rank() == 0)
+    for (const auto& [key, path] : key_paths)
+      if (err.empty()) err = log_path_problem(key.c_str(), path);
   err = comm::agree(world, err);
   if (!err.empty()) throw DataError(err);
+}
+
+void check_timing_log_paths(const std::string& timing_file, const std::string& csv_file,
+                            const comm::Communicator& world) {
+  check_log_file_paths({{"log.timing_file", timing_file}, {"log.csv_file", csv_file}}, world);
 }
 
 std::vector<TimingRecord> TimingLog::append(const TimingRecord& mine) {

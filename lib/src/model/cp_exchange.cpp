@@ -58,7 +58,9 @@ std::pair<View3<float>, View3<float>> CpKvExchange::gather(int, int, const View3
     permute_rows(tmp_, pr.second, perm_, total_, width_, /*to_packed=*/true);
   }
   Kokkos::fence();
-  seconds_ += core::wall_seconds() - t0;
+  const double t1 = core::wall_seconds();
+  seconds_ += t1 - t0;
+  if (spans_) spans_->push_back({t0, t1});
   return {first_rows(kg_), first_rows(vg_)};
 }
 
@@ -76,7 +78,9 @@ void CpKvExchange::reduce_scatter(int, int, const View3<float>& dk_all, const Vi
     cp_.reduce_scatterv_device(tmp_.data(), pr.second.data(), counts_);
   }
   Kokkos::fence();
-  seconds_ += core::wall_seconds() - t0;
+  const double t1 = core::wall_seconds();
+  seconds_ += t1 - t0;
+  if (spans_) spans_->push_back({t0, t1});
 }
 
 View3<float> CpKvExchange::first_rows(const View3<float>& b) const {

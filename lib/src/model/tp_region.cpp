@@ -4,7 +4,6 @@
 #include "wlb4d/model/params.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <type_traits>
 
 namespace wlb::model {
@@ -52,9 +51,9 @@ template <class Scalar>
 void TpRegion<Scalar>::allreduce(const View2<Scalar>& x) const {
   if (tp_.size() > 1) {
     Kokkos::fence();
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = core::wall_seconds();
     tp_.allreduce_device(x.data(), x.span(), comm::ReduceOp::Sum);
-    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    book(t0, core::wall_seconds());
   }
 }
 
@@ -73,10 +72,12 @@ comm::Request TpRegion<Scalar>::start_enter_column_backward(const View2<Scalar>&
 
 template <class Scalar>
 void TpRegion<Scalar>::finish(comm::Request& r) const {
+  const double t0 = spans_ ? core::wall_seconds() : 0.0;
   r.wait();
   // Exposed: the wait; in flight: from the start to the observed completion.
   comm_seconds_ += r.waited();
   overlapped_seconds_ += std::max(0.0, r.completed() - r.started() - r.waited());
+  if (spans_) spans_->push_back({t0, core::wall_seconds()});
 }
 
 template <class Scalar>
@@ -96,14 +97,14 @@ View2<Scalar> TpRegion<Scalar>::allgather(const View2<Scalar>& local, std::int64
   const View2<Scalar> full(buf, T, width_);
   counts(T);
   Kokkos::fence();
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = core::wall_seconds();
   const std::size_t mine = std::size_t(counts_[std::size_t(tp_.rank())]);
   if constexpr (std::is_same_v<Scalar, float>) {
     tp_.allgatherv_device(local.data(), mine, full.data(), counts_, displs_);
   } else {  // fp64 (tests): MPI on the buffers directly
     tp_.allgatherv(local.data(), mine, full.data(), counts_, displs_);
   }
-  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  book(t0, core::wall_seconds());
   return full;
 }
 
@@ -111,13 +112,13 @@ template <class Scalar>
 void TpRegion<Scalar>::reduce_scatter(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const {
   counts(T);
   Kokkos::fence();
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = core::wall_seconds();
   if constexpr (std::is_same_v<Scalar, float>) {
     tp_.reduce_scatterv_device(full.data(), local.data(), counts_);
   } else {
     tp_.reduce_scatterv(full.data(), local.data(), counts_);
   }
-  comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  book(t0, core::wall_seconds());
 }
 
 template class TpRegion<float>;

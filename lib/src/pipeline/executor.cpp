@@ -7,6 +7,7 @@
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
+#include "wlb4d/core/profiling.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/model/attention.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
@@ -31,6 +32,21 @@ template <class V> V grow(V v, std::int64_t rows, std::int64_t cols, const char*
   if (std::int64_t(v.extent(0)) < rows || std::int64_t(v.extent(1)) != cols)
     v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), std::max<std::int64_t>(rows, 1), cols);
   return v;
+}
+
+/// Kokkos Tools region of an action (core::ProfileRegion): constant names,
+/// so an untraced step builds no string.
+const char* region_name(ActionType t) {
+  switch (t) {
+    case ActionType::Forward: return "wlb4d:F";
+    case ActionType::Backward: return "wlb4d:B";
+    case ActionType::Weight: return "wlb4d:W";
+    case ActionType::SendAct: return "wlb4d:SendAct";
+    case ActionType::RecvAct: return "wlb4d:RecvAct";
+    case ActionType::SendGrad: return "wlb4d:SendGrad";
+    case ActionType::RecvGrad: return "wlb4d:RecvGrad";
+  }
+  return "wlb4d:action";
 }
 
 View2<float> first_rows(const View2<float>& b, std::int64_t n) {
@@ -387,6 +403,22 @@ RunStats Executor::run(bool backward, double grad_scale, bool trace) {
   L.loss_sum = 0;
   if (kvx_) kvx_->reset_comm_seconds();
   if (trace) st.trace.reserve(actions.size());
+  // A traced run logs every TP/CP collective's interval (the chunks' and the
+  // exchange's span logs, detached again however run() ends).
+  std::vector<core::TimeSpan> tp_spans, cp_spans;
+  struct SpanLogs {
+    Executor& e;
+    bool on;
+    ~SpanLogs() {
+      if (!on) return;
+      for (auto& c : e.chunks_) c->set_tp_span_log(nullptr);
+      if (e.kvx_) e.kvx_->set_span_log(nullptr);
+    }
+  } span_logs{*this, trace};
+  if (trace) {
+    for (auto& c : chunks_) c->set_tp_span_log(&tp_spans);
+    if (kvx_) kvx_->set_span_log(&cp_spans);
+  }
   // Each chunk's last gradient action: its last W when B and W run apart,
   // else its last (fused) B. After it the chunk's gradients are final.
   std::vector<std::ptrdiff_t> last_grad(std::size_t(v), -1);
@@ -397,6 +429,7 @@ RunStats Executor::run(bool backward, double grad_scale, bool trace) {
   armed_ = -1;
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
+    const core::ProfileRegion region(region_name(a.type));  // an NVTX range under nvtx-connector
     const double t0 = trace ? wall_seconds() : 0.0;
     const bool last = last_grad[std::size_t(a.virtual_stage)] == std::ptrdiff_t(i);
     if (last) armed_ = a.virtual_stage;
@@ -415,7 +448,14 @@ RunStats Executor::run(bool backward, double grad_scale, bool trace) {
       hooks_.ready(std::size_t(a.virtual_stage), 0);
     }
     if (backward && hooks_.progress) hooks_.progress();
-    if (trace) st.trace.push_back({a, t0, wall_seconds()});
+    if (trace) {
+      st.trace.push_back({a, t0, wall_seconds()});
+      for (const auto& [spans, kind] : {std::make_pair(&tp_spans, CommTiming::Tp),
+                                        std::make_pair(&cp_spans, CommTiming::Cp)}) {
+        for (const auto& x : *spans) st.comm_trace.push_back({kind, a.micro_batch, a.virtual_stage, x.t0, x.t1});
+        spans->clear();
+      }
+    }
   }
   collect_comm_times(st);
   st.loss_sum = L.loss_sum;

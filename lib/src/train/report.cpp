@@ -37,49 +37,84 @@ std::string human_count(double x) {
   return fmt::format("{:.2f}G", x * 1e-9);
 }
 
-std::string format_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
-                             const StepLineContext& ctx) {
-  double tmin = 1e300, tmax = 0, tsum = 0, cmax = 0, csum = 0, mem = 0, eval = 0, ckpt = 0, sample = 0;
-  double dpx = 0, dpf = 0, tpx = 0, tpf = 0;  // communication exposed / in flight, max over ranks
-  double cax = 0, cabytes = 0;  // core attention: exposed wait (max over ranks), bytes moved
+StepFigures step_figures(const std::vector<io::TimingRecord>& all) {
+  StepFigures f;
+  double tmin = 1e300, tsum = 0, cmax = 0, csum = 0;
   for (const auto& r : all) {
-    cax = std::max(cax, r.ca_exposed);
-    cabytes += r.ca_bytes / 2;  // each byte is counted by its sender and its receiver
-    dpx = std::max(dpx, r.dp_exposed);
-    dpf = std::max(dpf, r.dp_in_flight);
-    tpx = std::max(tpx, r.tp_exposed);
-    tpf = std::max(tpf, r.tp_in_flight);
-    mem = std::max(mem, r.rss_mib);
-    eval = std::max(eval, r.time[io::kEval]);
-    ckpt = std::max(ckpt, r.time[io::kCheckpoint]);
-    sample = std::max(sample, r.time[io::kSample]);
+    f.ca_exposed = std::max(f.ca_exposed, r.ca_exposed);
+    f.ca_bytes += r.ca_bytes / 2;  // each byte is counted by its sender and its receiver
+    f.ca_imbalance_before = std::max(f.ca_imbalance_before, r.ca_imbalance_before);
+    f.ca_imbalance = std::max(f.ca_imbalance, r.ca_imbalance);
+    f.dp_exposed = std::max(f.dp_exposed, r.dp_exposed);
+    f.dp_in_flight = std::max(f.dp_in_flight, r.dp_in_flight);
+    f.tp_exposed = std::max(f.tp_exposed, r.tp_exposed);
+    f.tp_in_flight = std::max(f.tp_in_flight, r.tp_in_flight);
+    f.rss_mib = std::max(f.rss_mib, r.rss_mib);
+    f.eval = std::max(f.eval, r.time[io::kEval]);
+    f.checkpoint = std::max(f.checkpoint, r.time[io::kCheckpoint]);
+    f.sample = std::max(f.sample, r.time[io::kSample]);
     const double c = r.time[io::kForward] + r.time[io::kBackward];
     tmin = std::min(tmin, c);
-    tmax = std::max(tmax, c);
+    f.compute_max = std::max(f.compute_max, c);
     tsum += c;
     cmax = std::max(cmax, r.compute_cpu);
     csum += r.compute_cpu;
   }
+  if (!all.empty()) {
+    f.compute_min = tmin;
+    f.compute_mean = tsum / double(all.size());
+  }
   // Measured imbalance: max/mean compute CPU time over ranks (not wall, which
   // time-slicing inflates when ranks outnumber cores).
-  const double cpu_imb = csum > 0 ? cmax / (csum / double(all.size())) : 1.0;
+  f.cpu_imbalance = csum > 0 ? cmax / (csum / double(all.size())) : 1.0;
+  return f;
+}
+
+std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigures& f) {
+  std::vector<io::ScalarValue> v = {
+      {"train/loss", last.loss},
+      {"train/lr", last.lr},
+      {"train/grad_norm", last.grad_norm},
+      {"train/tokens_per_s", last.seconds > 0 ? double(last.tokens) / last.seconds : 0.0},
+  };
+  if (last.record.mfu >= 0) v.push_back({"train/mfu", last.record.mfu});
+  if (last.val_loss >= 0) v.push_back({"val/loss", last.val_loss});
+  v.push_back({"mem/peak_rss_mib", f.rss_mib});
+  v.push_back({"balance/imbalance_attn", last.record.attn_imbalance});
+  v.push_back({"balance/imbalance_lat", last.record.latency_imbalance});
+  v.push_back({"balance/imbalance_cpu", f.cpu_imbalance});
+  if (f.ca_imbalance_before > 0) {
+    v.push_back({"balance/core_attn_before", f.ca_imbalance_before});
+    v.push_back({"balance/core_attn_after", f.ca_imbalance});
+  }
+  v.push_back({"comm/dp_exposed_ms", f.dp_exposed * 1e3});
+  v.push_back({"comm/dp_in_flight_ms", f.dp_in_flight * 1e3});
+  v.push_back({"comm/tp_exposed_ms", f.tp_exposed * 1e3});
+  v.push_back({"comm/tp_in_flight_ms", f.tp_in_flight * 1e3});
+  v.push_back({"time/step_ms", last.seconds * 1e3});
+  if (f.eval > 0) v.push_back({"time/eval_ms", f.eval * 1e3});
+  if (f.checkpoint > 0) v.push_back({"time/checkpoint_ms", f.checkpoint * 1e3});
+  if (f.sample > 0) v.push_back({"time/sample_ms", f.sample * 1e3});
+  return v;
+}
+
+std::string format_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
+                             const StepLineContext& ctx) {
+  const StepFigures f = step_figures(all);
   const std::string val = last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "";
   const double flops_dev = w.seconds > 0 ? w.flops / w.seconds / double(ctx.devices) : 0;
   const std::string mfu =
       ctx.peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
   // Disaggregated attention: the plan's max/mean attention cost over ranks before -> after, traffic, wait.
   // Group imbalance of the plan (Σ over micro-batches of max / mean; the worst group over stages).
-  double cai_b = 0, cai_a = 0;
-  for (const auto& r : all) {
-    cai_b = std::max(cai_b, r.ca_imbalance_before);
-    cai_a = std::max(cai_a, r.ca_imbalance);
-  }
-  const std::string ca = cai_b > 0 ? fmt::format(" | core attn {:.2f}->{:.2f}, {:.1f} MiB, exposed {:.1f} ms", cai_b,
-                                                 cai_a, cabytes / 1048576.0, cax * 1e3)
-                                   : std::string();
-  const std::string extra = (eval > 0 ? fmt::format(" | eval {:.0f} ms", eval * 1e3) : std::string()) +
-                            (ckpt > 0 ? fmt::format(" | ckpt {:.0f} ms", ckpt * 1e3) : std::string()) +
-                            (sample > 0 ? fmt::format(" | sample {:.0f} ms", sample * 1e3) : std::string());
+  const std::string ca = f.ca_imbalance_before > 0
+                             ? fmt::format(" | core attn {:.2f}->{:.2f}, {:.1f} MiB, exposed {:.1f} ms",
+                                           f.ca_imbalance_before, f.ca_imbalance, f.ca_bytes / 1048576.0,
+                                           f.ca_exposed * 1e3)
+                             : std::string();
+  const std::string extra = (f.eval > 0 ? fmt::format(" | eval {:.0f} ms", f.eval * 1e3) : std::string()) +
+                            (f.checkpoint > 0 ? fmt::format(" | ckpt {:.0f} ms", f.checkpoint * 1e3) : std::string()) +
+                            (f.sample > 0 ? fmt::format(" | sample {:.0f} ms", f.sample * 1e3) : std::string());
   return fmt::format(
       "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
       " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
@@ -88,9 +123,9 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
       last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
       human_count(double(last.record.tokens_seen)), last.tokens,
       w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
-      extra, mem, hms(ctx.eta), tmin * 1e3, tsum / double(all.size()) * 1e3, tmax * 1e3,
-      last.record.attn_imbalance, last.record.latency_imbalance, cpu_imb, dpx * 1e3, dpf * 1e3, tpx * 1e3,
-      tpf * 1e3, ca);
+      extra, f.rss_mib, hms(ctx.eta), f.compute_min * 1e3, f.compute_mean * 1e3, f.compute_max * 1e3,
+      last.record.attn_imbalance, last.record.latency_imbalance, f.cpu_imbalance, f.dp_exposed * 1e3,
+      f.dp_in_flight * 1e3, f.tp_exposed * 1e3, f.tp_in_flight * 1e3, ca);
 }
 
 

@@ -8,6 +8,7 @@
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/memory.hpp"
+#include "wlb4d/core/profiling.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/data/dataset.hpp"
@@ -17,6 +18,8 @@
 #include "wlb4d/infer/decoder.hpp"
 #include "wlb4d/infer/sampling.hpp"
 #include "wlb4d/io/checkpoint.hpp"
+#include "wlb4d/io/chrome_trace.hpp"
+#include "wlb4d/io/tensorboard.hpp"
 #include "wlb4d/train/checkpoint_state.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/optim/optimizer.hpp"
@@ -92,17 +95,72 @@ void add_run_stats(io::TimingRecord& rec, const pipeline::RunStats& r) {
   rec.compute_cpu += r.compute_cpu_s;
 }
 
-/// Wall seconds between consecutive calls (the first: since construction).
-class Lap {
+/// /trace kinds after the pipeline's actions (pipeline::ActionType, codes
+/// 0-6): the TP/CP collectives inside them, then the step's phases
+/// (io/timing_log.hpp lists them; io/chrome_trace.hpp draws them).
+enum TraceKind : int {
+  kTraceTpComm = int(pipeline::ActionType::Weight) + 1,
+  kTraceCpComm,
+  kPhasePlan,
+  kPhaseData,
+  kPhaseRun,
+  kPhaseDpReduce,
+  kPhaseOptimizer,
+  kPhaseEval,
+  kPhaseCheckpoint,
+  kPhaseSample,
+  kNumTraceKinds
+};
+/// Names of kTraceTpComm.. (the /trace kind_names after the actions').
+constexpr const char* kTraceKindNames[] = {"tp_comm",   "cp_comm",   "plan", "data",       "forward_backward",
+                                           "dp_reduce", "optimizer", "eval", "checkpoint", "sample"};
+/// Kokkos Tools region of each phase (an NVTX range under nvtx-connector).
+constexpr const char* kPhaseRegions[] = {"wlb4d:plan",      "wlb4d:data", "wlb4d:forward_backward",
+                                         "wlb4d:dp_reduce", "wlb4d:optimizer", "wlb4d:eval",
+                                         "wlb4d:checkpoint", "wlb4d:sample"};
+static_assert(sizeof kTraceKindNames / sizeof *kTraceKindNames == kNumTraceKinds - kTraceTpComm);
+static_assert(sizeof kPhaseRegions / sizeof *kPhaseRegions == kNumTraceKinds - kPhasePlan);
+
+/// /trace's kind_names: the pipeline's action names, then kTraceKindNames.
+std::string trace_kind_names() {
+  std::string s;
+  for (auto k : {pipeline::ActionType::Forward, pipeline::ActionType::Backward, pipeline::ActionType::SendAct,
+                 pipeline::ActionType::RecvAct, pipeline::ActionType::SendGrad, pipeline::ActionType::RecvGrad,
+                 pipeline::ActionType::Weight})
+    s += (s.empty() ? "" : ",") + std::string(pipeline::to_string(k));
+  for (const char* n : kTraceKindNames) s += std::string(",") + n;
+  return s;
+}
+
+/// One phase of a step: a Kokkos Tools region from construction to end()
+/// and, when `rows` is given (a traced step), a /trace row of kind `kind`
+/// with times from `origin`, the traced step's start. end() returns the
+/// phase's wall seconds (the timing log's column).
+class Phase {
  public:
-  double operator()() {
-    const double t = core::wall_seconds(), d = t - last_;
-    last_ = t;
-    return d;
+  Phase(int kind, std::vector<io::TraceRecord>* rows, const io::TraceRecord& proto, double origin)
+      : kind_(kind), rows_(rows), proto_(proto), origin_(origin), t0_(core::wall_seconds()) {
+    region_.emplace(kPhaseRegions[kind - kPhasePlan]);
+  }
+  double end() {
+    const double t1 = core::wall_seconds();
+    region_.reset();
+    if (rows_) {
+      io::TraceRecord r = proto_;
+      r.kind = kind_;
+      r.t0 = t0_ - origin_;
+      r.t1 = t1 - origin_;
+      rows_->push_back(r);
+    }
+    return t1 - t0_;
   }
 
  private:
-  double last_ = core::wall_seconds();
+  int kind_;
+  std::vector<io::TraceRecord>* rows_;
+  io::TraceRecord proto_;
+  double origin_, t0_;
+  std::optional<core::ProfileRegion> region_;
 };
 
 /// Peak resident host memory of this process (MiB; core::peak_rss_bytes).
@@ -135,7 +193,11 @@ struct Trainer::Impl {
   int tokenizer_bos = -1;    // the training set's BOS id (stored in checkpoints; -1: none)
   std::string resumed_from;  // the checkpoint this run resumed from ("" : a fresh start)
   double run_start = 0;      // core::wall_seconds() when this start's training began (step line's elapsed, ETA)
-  std::vector<io::TraceRecord> trace_rows;  // this rank's actions of the traced step (log.trace_step)
+  std::vector<io::TraceRecord> trace_rows;  // this rank's rows of the traced step (log.trace_step)
+  double trace_origin = 0;                  // the traced step's start (core::wall_seconds())
+  std::string trace_json;                   // log.trace_json resolved ("" : none)
+  std::unique_ptr<io::TensorBoardWriter> tb;  // rank 0 with log.tensorboard_dir
+  io::RunIdentity identity;                 // the timing log's; the trace JSON names the run with it
   double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
   pipeline::MemoryEstimate mem;  // this rank's predicted peak (memory model)
   // checkpoint.resume's answer, looked up once (verifying a checkpoint reads
@@ -150,7 +212,13 @@ struct Trainer::Impl {
         source(stream) {
     // The outputs first: an unwritable log fails now, not after calibration
     // and checkpoint load (checkpoint.dir is checked below, once its size is known).
-    io::check_timing_log_paths(c.log.timing_file, c.log.csv_file, g.world());
+    if (c.log.trace_step > 0)
+      trace_json = c.log.trace_json == "auto" ? io::default_trace_json_path(c.log.timing_file) : c.log.trace_json;
+    io::check_log_file_paths({{"log.timing_file", c.log.timing_file},
+                              {"log.csv_file", c.log.csv_file},
+                              {"log.trace_json", trace_json}},
+                             g.world());
+    io::check_tensorboard_dir(c.log.tensorboard_dir, g.world());  // creates it; the event file comes once the run is accepted
     if (!c.data.val.empty()) val_ds.emplace(open_dataset("data.val", c.data.val));
     if (g.rank() == 0)
       for (const auto* ds : {&train_ds, val_ds ? &*val_ds : nullptr})
@@ -227,7 +295,7 @@ struct Trainer::Impl {
         for (const auto& n : io::earlier_checkpoint_files(ck.dir))
           found.push_back((ck.dir.empty() || ck.dir.back() == '/' ? ck.dir : ck.dir + "/") + n);
       const std::size_t n_ckpt = found.size();
-      for (const auto* f : {&cfg.log.timing_file, &cfg.log.csv_file}) {
+      for (const auto* f : {&cfg.log.timing_file, &cfg.log.csv_file, &trace_json}) {
         struct stat st {};
         if (!f->empty() && ::stat(f->c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
           found.push_back(*f);
@@ -531,21 +599,75 @@ struct Trainer::Impl {
     return res;
   }
 
-  /// The traced step's actions as /trace rows, times from the step's start.
-  void keep_trace(const std::vector<pipeline::ActionTiming>& t, double t_start) {
-    trace_rows.clear();
-    for (const auto& a : t) {
-      io::TraceRecord r;
-      r.step = step;
-      r.rank = grid.rank();
-      r.stage = grid.pp_rank();
+  /// A /trace row of this rank in step `s` (kind and times still to set).
+  io::TraceRecord trace_row(std::int64_t s) const {
+    io::TraceRecord r;
+    r.step = s;
+    r.rank = grid.rank();
+    r.stage = grid.pp_rank();
+    r.virtual_stage = -1;
+    r.micro_batch = -1;
+    r.peer = -1;
+    return r;
+  }
+
+  /// Phase `kind` of step `s` (see Phase); a /trace row too when `traced`.
+  Phase phase(int kind, std::int64_t s, bool traced) {
+    return Phase(kind, traced ? &trace_rows : nullptr, trace_row(s), trace_origin);
+  }
+
+  /// The traced run's actions and their TP/CP collectives as /trace rows,
+  /// times from the step's start (trace_origin).
+  void keep_trace(const pipeline::RunStats& run) {
+    for (const auto& a : run.trace) {
+      io::TraceRecord r = trace_row(step);
       r.virtual_stage = a.action.virtual_stage;
       r.micro_batch = a.action.micro_batch;
       r.kind = int(a.action.type);
       r.peer = a.action.peer;
-      r.t0 = a.t0 - t_start;
-      r.t1 = a.t1 - t_start;
+      r.t0 = a.t0 - trace_origin;
+      r.t1 = a.t1 - trace_origin;
       trace_rows.push_back(r);
+    }
+    for (const auto& c : run.comm_trace) {
+      io::TraceRecord r = trace_row(step);
+      r.virtual_stage = c.virtual_stage;
+      r.micro_batch = c.micro_batch;
+      r.kind = c.kind == pipeline::CommTiming::Tp ? kTraceTpComm : kTraceCpComm;
+      r.t0 = c.t0 - trace_origin;
+      r.t1 = c.t1 - trace_origin;
+      trace_rows.push_back(r);
+    }
+  }
+
+  /// Rank 0, after the traced step's rows are gathered (`rows`, every
+  /// rank's; `all` the step's timing records, for the ranks' coordinates):
+  /// the Chrome trace JSON (log.trace_json). A write failure is a warning:
+  /// the run goes on, the HDF5 /trace has the same rows.
+  void write_trace_json(const std::vector<io::TraceRecord>& rows, const std::vector<io::TimingRecord>& all,
+                        const std::string& kind_names) const {
+    if (trace_json.empty() || grid.rank() != 0) return;
+    std::vector<io::RankCoords> coords;
+    for (const auto& r : all) coords.push_back({r.rank, r.dp, r.pp, r.cp, r.tp});
+    try {
+      io::write_chrome_trace(trace_json, rows, kind_names, coords, identity);
+      spdlog::info("trace of step {} written to {} (open it at ui.perfetto.dev or chrome://tracing)",
+                   cfg.log.trace_step, trace_json);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}; the trace stays in the timing log's /trace", e.what());
+    }
+  }
+
+  /// Rank 0: the step's scalars into the TensorBoard event file. A write
+  /// failure (a full disk) is a warning and ends the TensorBoard output;
+  /// training goes on.
+  void write_scalars(const StepResult& last, const std::vector<io::TimingRecord>& all) {
+    if (!tb) return;
+    try {
+      tb->add_scalars(last.step + 1, step_scalars(last, step_figures(all)));
+    } catch (const std::exception& e) {
+      spdlog::warn("{}; no more TensorBoard scalars this run (training goes on)", e.what());
+      tb.reset();
     }
   }
 
@@ -750,6 +872,20 @@ Trainer::Trainer(const core::Config& cfg, const grid::ProcessGrid& grid)
   id.world_size = grid.world().size();
   id.peak_tflops = cfg.log.peak_tflops;
   I.tlog = std::make_unique<io::TimingLog>(cfg.log.timing_file, cfg.log.csv_file, grid.world(), rr, id);
+  I.identity = id;
+  I.tb = io::open_tensorboard(cfg.log.tensorboard_dir, grid.world());  // this start's event file (rank 0)
+  if (I.tb) {
+    // A restart marker at the first step this start runs: TensorBoard then
+    // drops an earlier start's points from it on (a resume from an older
+    // checkpoint runs those steps again).
+    try {
+      I.tb->session_start(I.step + 1);
+      spdlog::info("TensorBoard scalars: {} (tensorboard --logdir {})", I.tb->path(), cfg.log.tensorboard_dir);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}; no TensorBoard scalars this run (training goes on)", e.what());
+      I.tb.reset();
+    }
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -759,38 +895,47 @@ std::int64_t Trainer::current_step() const { return impl_->step; }
 StepResult Trainer::step() {
   auto& I = *impl_;
   core::fault_point("step", I.grid.rank(), I.step);  // tests only (WLB4D_FAULT)
+  const core::ProfileRegion step_region("wlb4d:step");
   io::TimingRecord rec = I.new_record();
   const bool traced = I.cfg.log.trace_step == I.step + 1;  // log.trace_step counts from 1, like the step line
   const double t_start = I.start_clock(traced);
-  Lap lap;
+  if (traced) {
+    I.trace_rows.clear();
+    I.trace_origin = t_start;
+  }
+  const std::int64_t s = I.step;
 
   // 1. Plan: identical on every rank (same stream, same packer).
+  Phase plan_phase = I.phase(kPhasePlan, s, traced);
   const balance::StepPlan plan = I.packer->plan_step(I.step, I.source);
   I.tokens_seen += plan.tokens;
   const auto metrics = balance::step_metrics(plan, I.cost, I.grid.cp_size());
-  rec.time[io::kPlan] = lap();
+  rec.time[io::kPlan] = plan_phase.end();
 
   // 2-4. This rank's slice of its replica's micro-batches; the schedule.
+  Phase data_phase = I.phase(kPhaseData, s, traced);
   I.load(plan);
-  rec.time[io::kData] = lap();
+  rec.time[io::kData] = data_phase.end();
+  Phase run_phase = I.phase(kPhaseRun, s, traced);
   const auto run =
       I.exec->run(/*backward=*/true, plan.target_tokens > 0 ? 1.0 / double(plan.target_tokens) : 0.0, traced);
   add_run_stats(rec, run);
-  if (traced) I.keep_trace(run.trace, t_start);
+  if (traced) I.keep_trace(run);
+  Kokkos::fence();
+  run_phase.end();  // the run's times are RunStats' (compute and communication apart)
 
   // 5. Gradients: sum over DP×CP (each replica holds partial sums).
-  Kokkos::fence();
-  lap();
+  Phase dp_phase = I.phase(kPhaseDpReduce, s, traced);
   I.opt->reduce_gradients();
   Kokkos::fence();
-  rec.time[io::kDPReduce] = lap();
+  rec.time[io::kDPReduce] = dp_phase.end();
   I.fill_comm_stats(rec);
 
   // 6. Loss, global grad norm, NaN/inf check, clip, AdamW.
-  lap();
+  Phase opt_phase = I.phase(kPhaseOptimizer, s, traced);
   const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens);
   const optim::UpdateResult upd = I.update(loss);
-  rec.time[io::kOptimizer] = lap();
+  rec.time[io::kOptimizer] = opt_phase.end();
 
   // 7. Records (and the validation loss when due). kTotal is the step alone:
   // evaluation (and, in run(), the checkpoint) have their own columns.
@@ -798,10 +943,10 @@ StepResult Trainer::step() {
   StepResult res = I.result(plan, loss, upd);
   ++I.step;
   if (I.eval_due()) {
-    lap();
+    Phase eval_phase = I.phase(kPhaseEval, s, traced);
     res.val_loss = evaluate();
     Kokkos::fence();
-    rec.time[io::kEval] = lap();
+    rec.time[io::kEval] = eval_phase.end();
   }
   return I.finish_step(std::move(res), rec, metrics);
 }
@@ -848,28 +993,30 @@ StepResult Trainer::run() {
   bool stop = false;
   I.run_start = core::wall_seconds();
   const std::int64_t first_step = I.step;
-  std::string kind_names;  // /trace's names of the action kinds (pipeline::ActionType order)
-  for (auto k : {pipeline::ActionType::Forward, pipeline::ActionType::Backward, pipeline::ActionType::SendAct,
-                 pipeline::ActionType::RecvAct, pipeline::ActionType::SendGrad, pipeline::ActionType::RecvGrad,
-                 pipeline::ActionType::Weight})
-    kind_names += (kind_names.empty() ? "" : ",") + std::string(pipeline::to_string(k));
+  const std::string kind_names = trace_kind_names();  // /trace's names of the kind codes
   while (I.step < I.cfg.train.steps && !stop) {
     last = step();
     I.last_loss = last.loss;
+    const bool traced = last.step + 1 == I.cfg.log.trace_step;
     const int urgent = I.agreed_checkpoint_urgency();
     stop = urgent == 2;
     if (I.checkpoint_due(urgent)) {
-      const double t0 = core::wall_seconds();
+      Phase ckpt_phase = I.phase(kPhaseCheckpoint, last.step, traced);
       I.save_checkpoint();
-      last.record.time[io::kCheckpoint] = core::wall_seconds() - t0;  // not part of kTotal (the step alone)
+      last.record.time[io::kCheckpoint] = ckpt_phase.end();  // not part of kTotal (the step alone)
     }
     const bool sampled = I.sample_due();
-    if (sampled) last.record.time[io::kSample] = I.sample_text();  // not part of kTotal either
+    if (sampled) {
+      Phase sample_phase = I.phase(kPhaseSample, last.step, traced);
+      I.sample_text();
+      last.record.time[io::kSample] = sample_phase.end();  // not part of kTotal either
+    }
     window.add(last);
     const double elapsed = core::wall_seconds() - I.run_start;
     last.record.elapsed = elapsed;
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
-    if (last.step + 1 == I.cfg.log.trace_step) I.tlog->append_trace(I.trace_rows, kind_names);  // collective
+    if (traced) I.write_trace_json(I.tlog->append_trace(I.trace_rows, kind_names), all, kind_names);  // collective
+    if (g.rank() == 0) I.write_scalars(last, all);
     const bool print = (last.step + 1) % I.cfg.train.print_every == 0 || last.step == 0 ||
                        last.step + 1 == I.cfg.train.steps || last.val_loss >= 0 || sampled;
     if (print && g.rank() == 0) {

@@ -18,6 +18,12 @@ inline double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+/// An interval of wall_seconds() (start, end): one collective of a traced
+/// step (model::TpRegion, model::CpKvExchange span logs, log.trace_step).
+struct TimeSpan {
+  double t0 = 0, t1 = 0;
+};
+
 /// CPU time of the whole process, all threads, user + system (seconds).
 /// Counts BLAS/OpenMP worker threads too; idle-spinning pools inflate it.
 inline double process_cpu_seconds() {

@@ -173,6 +173,13 @@ struct LogConfig {
   std::string level = "info";             ///< trace | debug | info | warn | error
   double peak_tflops = 0;                 ///< peak TFLOP/s of one device (rank), for the MFU column (0: no MFU)
   std::int64_t trace_step = 0;            ///< record per-action pipeline timings of this step (1-based; 0: off)
+  /// Chrome trace-event JSON of the traced step (io/chrome_trace.hpp):
+  /// "auto" = timing_file with .trace.json for its extension (none without
+  /// a timing file); a path; "" = off. Needs trace_step when a path is given.
+  std::string trace_json = "auto";
+  /// TensorBoard event files of the step scalars (io/tensorboard.hpp), one
+  /// per start, written by rank 0 into this directory (created; "" : off).
+  std::string tensorboard_dir;
 };
 
 /// [comm]

@@ -9,10 +9,20 @@
 ///              (step, rank), chunked; appended by rank 0 after each step.
 ///   /restarts  1-D extendible compound dataset of RestartRecord, one row per
 ///              start of the trainer (first start included).
-///   /trace     1-D extendible compound dataset of TraceRecord: every pipeline
-///              action of the step log.trace_step names, one row per (rank,
-///              action); attribute kind_names (comma-separated names of the
-///              `kind` codes). Absent when no step was traced.
+///   /trace     1-D extendible compound dataset of TraceRecord: the step
+///              log.trace_step names, one row per (rank, interval): every
+///              pipeline action, every TP collective and CP exchange inside
+///              them, and the step's phases; attribute kind_names
+///              (comma-separated names of the `kind` codes, the latest
+///              writer's list; codes only ever get appended). The trainer's
+///              kinds: 0-6 the pipeline actions F, B, SendAct, RecvAct,
+///              SendGrad, RecvGrad, W (pipeline::ActionType); 7 tp_comm, 8
+///              cp_comm (one collective's exposed interval, in the action
+///              whose micro_batch/virtual_stage the row carries); 9-16 the
+///              phases plan, data, forward_backward, dp_reduce, optimizer,
+///              eval, checkpoint, sample (micro_batch, virtual_stage -1).
+///              Logs of earlier wlb4d versions hold kinds 0-6 only. Absent
+///              when no step was traced. io/chrome_trace.hpp draws it.
 ///   attributes on /: format = "wlb4d-timing", format_version = 6, and the
 ///              run's identity as of the latest start (RunIdentity: deck,
 ///              program_version, start_time, layout, world_size, peak_tflops).
@@ -33,6 +43,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wlb::io {
@@ -113,14 +124,15 @@ struct TimingRecord {
   double ca_bytes = 0, ca_exposed = 0;
 };
 
-/// One row of /trace: one action of one rank's pipeline action list in the
-/// traced step (pipeline::Executor::run with trace, DESIGN §7).
+/// One row of /trace: one interval of one rank in the traced step: a
+/// pipeline action (pipeline::Executor::run with trace), a TP/CP collective
+/// inside one, or a phase of the step (DESIGN §7; kinds in the file comment).
 struct TraceRecord {
   std::int64_t step = 0;           ///< 0-based step index, as /steps
   std::int32_t rank = 0;           ///< world rank
   std::int32_t stage = 0;          ///< pipeline rank (pp coordinate)
-  std::int32_t virtual_stage = 0;  ///< local model chunk
-  std::int32_t micro_batch = 0;    ///< micro-batch index of the DP replica
+  std::int32_t virtual_stage = 0;  ///< local model chunk (-1: a phase of the whole step)
+  std::int32_t micro_batch = 0;    ///< micro-batch index of the DP replica (-1: a phase of the whole step)
   std::int32_t kind = 0;           ///< action kind, a code named by /trace's kind_names
   std::int32_t peer = -1;          ///< pipeline rank of the partner of a message; -1 for compute
   double t0 = 0, t1 = 0;           ///< start, end: seconds since the traced step's start on this rank
@@ -189,15 +201,18 @@ class TimingLog {
 };
 
 /// Start-up check (collective over `world`; rank 0, the writer, looks) of
-/// the timing log's files, before calibration and checkpoint load, so that an
-/// unwritable log fails in seconds, not after them: for each non-empty path
-/// (keys log.timing_file, log.csv_file) an existing file must be writable;
-/// otherwise its folder must exist, be a directory, and take a new file (a
-/// probe file is created and removed; access(W_OK) misses read-only mounts
-/// for root).
+/// log files, before calibration and checkpoint load, so that an unwritable
+/// log fails in seconds, not after them: for each (deck key, path) with a
+/// non-empty path an existing file must be writable; otherwise its folder
+/// must exist, be a directory, and take a new file (a probe file is created
+/// and removed; access(W_OK) misses read-only mounts for root).
 /// \throws core::DataError on every rank naming the key, the path and the
 ///         cause, e.g. "log.timing_file='runs/x/t.h5': folder 'runs/x' does
-///         not exist (the timing log does not create folders)".
+///         not exist (the trainer does not create log files' folders)".
+void check_log_file_paths(const std::vector<std::pair<std::string, std::string>>& key_paths,
+                          const comm::Communicator& world);
+
+/// check_log_file_paths for log.timing_file and log.csv_file.
 void check_timing_log_paths(const std::string& timing_file, const std::string& csv_file,
                             const comm::Communicator& world);
 

@@ -15,6 +15,7 @@
 /// Communication goes through comm (device buffers: NCCL where attached).
 
 #include "wlb4d/comm/communicator.hpp"
+#include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/types.hpp"
 #include "wlb4d/model/transformer.hpp"
 
@@ -48,6 +49,10 @@ class CpKvExchange final : public KvExchange<float> {
   /// Wall seconds spent in CP communication (and its permutes) since reset.
   double comm_seconds() const { return seconds_; }
   void reset_comm_seconds() { seconds_ = 0; }
+  /// Appends each gather's and reduce_scatter's interval (as counted in
+  /// comm_seconds) to `log` from now on (nullptr: off, the default); the
+  /// caller keeps `log` alive until it sets nullptr again (log.trace_step).
+  void set_span_log(std::vector<core::TimeSpan>* log) { spans_ = log; }
 
  private:
   View3<float> first_rows(const View3<float>& b) const;
@@ -60,6 +65,7 @@ class CpKvExchange final : public KvExchange<float> {
   IntVec perm_;
   std::int64_t total_ = 0;
   double seconds_ = 0;
+  std::vector<core::TimeSpan>* spans_ = nullptr;
 };
 
 /// Row permutation between gathered order and packed order, `width` floats a

@@ -23,11 +23,14 @@
 ///
 /// Time: every blocking collective's wall seconds (after a Kokkos::fence) add
 /// to comm_seconds(); a nonblocking reduction adds its wait, and the part of
-/// its flight beyond the wait to overlapped_seconds().
+/// its flight beyond the wait to overlapped_seconds(). With a span log set
+/// (set_span_log, a traced step), each of those intervals is also appended
+/// to it as a core::TimeSpan of core::wall_seconds().
 ///
 /// Errors: what comm::Communicator throws (comm::CommError) on an MPI failure.
 
 #include "wlb4d/comm/communicator.hpp"
+#include "wlb4d/core/clock.hpp"
 #include "wlb4d/core/types.hpp"
 
 #include <cstdint>
@@ -86,8 +89,16 @@ class TpRegion {
   double comm_seconds() const { return comm_seconds_; }
   double overlapped_seconds() const { return overlapped_seconds_; }
   void reset_seconds() { comm_seconds_ = overlapped_seconds_ = 0; }
+  /// Appends every collective's exposed interval to `log` from now on
+  /// (nullptr: off, the default). The caller keeps `log` alive until it
+  /// sets nullptr again.
+  void set_span_log(std::vector<core::TimeSpan>* log) { spans_ = log; }
 
  private:
+  void book(double t0, double t1) const {  // one blocking interval: seconds and span log
+    comm_seconds_ += t1 - t0;
+    if (spans_) spans_->push_back({t0, t1});
+  }
   View2<Scalar> allgather(const View2<Scalar>& local, std::int64_t T, Scalar* buf) const;
   void reduce_scatter(const View2<Scalar>& full, std::int64_t T, const View2<Scalar>& local) const;
   void counts(std::int64_t T) const;  // fills counts_/displs_ (elements) for T tokens
@@ -98,6 +109,7 @@ class TpRegion {
   mutable std::vector<int> counts_, displs_;
   mutable double comm_seconds_ = 0;
   mutable double overlapped_seconds_ = 0;
+  std::vector<core::TimeSpan>* spans_ = nullptr;
 };
 
 }  // namespace wlb::model

@@ -358,6 +358,9 @@ class Transformer {
   /// beyond their wait (tp_comm_seconds counts only the wait: the exposed part).
   double tp_overlapped_seconds() const { return tpr_.overlapped_seconds(); }
   void reset_tp_comm_seconds() { tpr_.reset_seconds(); }
+  /// Appends each TP collective's exposed interval to `log` from now on
+  /// (TpRegion::set_span_log; nullptr: off). For a traced step.
+  void set_tp_span_log(std::vector<core::TimeSpan>* log) { tpr_.set_span_log(log); }
 
   /// Rows [offset, offset+count) of a T-token micro-batch that this rank's
   /// residual stream holds: split_range(T, tp, tp_rank) under sequence

@@ -62,6 +62,15 @@ struct ActionTiming {
   double t0 = 0, t1 = 0;
 };
 
+/// One TP collective or CP exchange inside an action of a traced run():
+/// its exposed interval (core::wall_seconds(), as ActionTiming) and the
+/// action it ran in.
+struct CommTiming {
+  enum Kind { Tp, Cp } kind = Tp;
+  int micro_batch = 0, virtual_stage = 0;  ///< of the action it ran in
+  double t0 = 0, t1 = 0;
+};
+
 /// What one run() measured on this rank (seconds are wall time unless noted).
 struct RunStats {
   double loss_sum = 0;       ///< Σ CE over this rank's target tokens (nats; last stage, 0 elsewhere)
@@ -75,6 +84,10 @@ struct RunStats {
   /// With run(..., trace = true): one entry per action of this rank's action
   /// list, in execution order (messages included); empty otherwise.
   std::vector<ActionTiming> trace;
+  /// With trace = true: every TP collective (model::TpRegion) and CP
+  /// exchange (model::CpKvExchange) of the run, in execution order; each
+  /// lies inside its action's [t0, t1].
+  std::vector<CommTiming> comm_trace;
 };
 
 /// Gradient-reduction hooks of a training run (the trainer binds them to

@@ -17,6 +17,7 @@
 
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
+#include "wlb4d/io/tensorboard.hpp"
 #include "wlb4d/io/timing_log.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
 #include "wlb4d/train/trainer.hpp"
@@ -60,6 +61,35 @@ struct StepLineContext {
   double elapsed = 0;      ///< seconds since run() started
   double eta = 0;          ///< seconds left at the mean pace (eval and checkpoints included)
 };
+
+/// The cross-rank figures of one step that the step line shows, from every
+/// rank's timing record of it (io::TimingLog::append; seconds unless noted).
+struct StepFigures {
+  double compute_min = 0, compute_mean = 0, compute_max = 0;  ///< forward + backward over ranks
+  double cpu_imbalance = 1;  ///< max/mean compute_cpu over ranks (the measured imbalance)
+  double dp_exposed = 0, dp_in_flight = 0, tp_exposed = 0, tp_in_flight = 0;  ///< max over ranks
+  double ca_exposed = 0;     ///< core attention's exposed wait, max over ranks
+  double ca_bytes = 0;       ///< core attention's bytes moved (each byte once)
+  double ca_imbalance_before = 0, ca_imbalance = 0;  ///< max over ranks (0: attention stays local)
+  double rss_mib = 0;        ///< peak RSS, max over ranks (MiB)
+  double eval = 0, checkpoint = 0, sample = 0;  ///< max over ranks (0: not this step)
+};
+StepFigures step_figures(const std::vector<io::TimingRecord>& all);
+
+/// The step's scalars for TensorBoard (log.tensorboard_dir), by tag:
+///   train/loss, train/lr, train/grad_norm; train/tokens_per_s (the whole
+///   job's: the step's tokens / its wall time, evaluation and checkpoint
+///   apart); train/mfu (a fraction, as the timing log's mfu; only with
+///   log.peak_tflops); val/loss (evaluated steps only);
+///   mem/peak_rss_mib; balance/imbalance_attn, balance/imbalance_lat,
+///   balance/imbalance_cpu (the step line's "imbalance attn/lat/cpu"), and
+///   with disaggregated attention balance/core_attn_before,
+///   balance/core_attn_after; comm/dp_exposed_ms, comm/dp_in_flight_ms,
+///   comm/tp_exposed_ms, comm/tp_in_flight_ms; time/step_ms, and
+///   time/eval_ms, time/checkpoint_ms, time/sample_ms on steps that did it.
+/// Cross-rank values are StepFigures' (max over ranks); the plan's
+/// imbalance figures are the same on every rank (`last.record`'s).
+std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigures& f);
 
 /// The step line of `last` (see the file comment); `all` is every rank's
 /// timing record of the step (io::TimingLog::append), `w` the throughput
