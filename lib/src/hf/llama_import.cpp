@@ -3,6 +3,7 @@
 
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/param_shapes.hpp"
+#include "wlb4d/data/byte_level_bpe.hpp"
 #include "wlb4d/data/tokenizer.hpp"
 #include "wlb4d/hf/llama_export.hpp"
 #include "wlb4d/hf/safetensors.hpp"
@@ -176,7 +177,7 @@ void read_tokenizer(const fs::path& dir, io::CheckpointInfo& info, ImportReport&
                  t["model"]["vocab"].is_object() && t["model"]["vocab"].size() == 256 &&
                  t["model"].contains("merges") && t["model"]["merges"].empty();
     for (int b = 0; bytes && b < 256; ++b) {
-      const auto it = t["model"]["vocab"].find(byte_level_char(b));
+      const auto it = t["model"]["vocab"].find(data::byte_level_char(b));
       bytes = it != t["model"]["vocab"].end() && *it == b;
     }
     if (bytes) {

@@ -92,10 +92,4 @@ struct ExportReport {
 ///         be written).
 ExportReport export_llama(const std::string& checkpoint, const std::string& outdir, const ExportOptions& opts);
 
-/// GPT-2's byte-to-unicode alphabet (openai/gpt-2 encoder.py bytes_to_unicode):
-/// the UTF-8 text of the character byte b stands for in byte-level BPE
-/// vocabularies: printable Latin-1 bytes as themselves, the others as
-/// U+0100 + n in byte order.
-std::string byte_level_char(int b);
-
 }  // namespace wlb::hf
