@@ -158,6 +158,22 @@ std::vector<std::string> write_tokenizer(const std::string& checkpoint, const io
     cfg["legacy"] = true;
     cfg["add_prefix_space"] = false;
     cfg["sp_model_kwargs"] = ordered_json::object();
+  } else if (info.tokenizer == data::ByteLevelBpeTokenizer::kName) {
+    // The tokenizer.json the data was prepared with, byte for byte; its EOS
+    // (chosen at prep time) and BOS are named in tokenizer_config.json.
+    const std::string model = io::read_checkpoint_tokenizer_model(checkpoint);
+    if (model.empty()) throw CheckpointError(checkpoint + ": tokenizer = hf-bpe but /tokenizer/model is missing");
+    data::ByteLevelBpeOptions o;
+    o.eos_id = int(info.eos_id);
+    const auto t = data::ByteLevelBpeTokenizer::from_json(model, checkpoint + ": /tokenizer/model", o);
+    tok.eos = t->token(t->eos_id());
+    if (info.bos_id >= 0) tok.bos = t->token(int(info.bos_id));
+    std::ofstream out(dir / "tokenizer.json", std::ios::binary);
+    out.write(model.data(), std::streamsize(model.size()));
+    out.close();
+    if (!out) throw CheckpointError((dir / "tokenizer.json").string() + ": cannot write");
+    files.push_back("tokenizer.json");
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
   } else {
     tok.eos = "</s>";
     write_json(dir / "tokenizer.json", bytes_tokenizer_json(tok.eos));

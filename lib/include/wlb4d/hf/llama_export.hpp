@@ -32,7 +32,10 @@
 ///                           alphabet, id = byte value) and EOS = 256 an added
 ///                           special token, so every byte string encodes to its
 ///                           bytes and decodes back; tokenizer_config.json and
-///                           special_tokens_map.json name the EOS.
+///                           special_tokens_map.json name the EOS. hf-bpe:
+///                           the tokenizer.json the data was prepared with,
+///                           byte for byte; tokenizer_config.json and
+///                           special_tokens_map.json name its EOS (and BOS).
 ///
 /// ## Tensor names and layout
 /// wlb4d stores Linear weights row-major [out][in] as torch.nn.Linear, and
