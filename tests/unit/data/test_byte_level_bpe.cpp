@@ -140,6 +140,16 @@ TEST(ByteLevelBpe, Llama3SplitPattern) {
   EXPECT_EQ(tokens(*t, "x  yz"), (Tokens{"x", "Ġ", "Ġ", "y", "z"}));
 }
 
+TEST(ByteLevelBpe, SplitOnALiteralString) {
+  // {"String": "-"} cuts at every '-' (not a regex: '.' is a dot); a+- would
+  // merge first without the cut.
+  json pre = llama3_pre();
+  pre["pretokenizers"][0]["pattern"] = {{"String", "-."}};
+  const auto t = make(tokenizer_json({{"a", "-"}, {"-", "."}, {"b", "c"}}, pre));
+  EXPECT_EQ(tokens(*t, "a-.bc"), (Tokens{"a", "-.", "bc"}));
+  EXPECT_EQ(tokens(*t, "a-xbc"), (Tokens{"a-", "x", "bc"}));  // no "-." here: one piece
+}
+
 TEST(ByteLevelBpe, AddPrefixSpace) {
   const auto t = make(tokenizer_json({{"Ġ", "h"}, {"Ġh", "i"}}, byte_level_only(true)));
   EXPECT_EQ(tokens(*t, "hi"), (Tokens{"Ġhi"}));

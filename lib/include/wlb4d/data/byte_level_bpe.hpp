@@ -33,7 +33,8 @@
 /// 3. `model` (type "BPE"): the pre-token's bytes as alphabet characters;
 ///    with `ignore_merges` true (Llama 3) a pre-token that is itself in the
 ///    vocabulary is that one token; otherwise the merges run as above.
-///    Results are cached per pre-token (up to kCacheEntries pre-tokens).
+///    Results are cached per pre-token (up to kCacheEntries pre-tokens of at
+///    most kCacheWordBytes bytes).
 /// Added tokens are not searched for in the text: "<|endoftext|>" inside a
 /// document is encoded as the characters it consists of (HF's tokenizers
 /// would emit the special id; tiktoken's encode() refuses such text). So a
@@ -108,6 +109,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   static constexpr std::uintmax_t kMaxFileBytes = std::uintmax_t{1} << 30;
   /// Pre-tokens whose ids are kept for reuse; further ones are not cached.
   static constexpr std::size_t kCacheEntries = std::size_t{1} << 18;
+  /// Longer pre-tokens are not cached.
+  static constexpr std::size_t kCacheWordBytes = 256;
   static constexpr std::array<const char*, 4> kEosCandidates = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>"};
   static constexpr std::array<const char*, 4> kBosCandidates = {"<|begin_of_text|>", "<|startoftext|>", "<s>",
                                                                 "<bos>"};
