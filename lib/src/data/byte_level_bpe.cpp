@@ -80,7 +80,7 @@ std::uint32_t next_cp(std::string_view s, std::size_t& i) {
 
 // A token's text as bytes: through the alphabet when every character is in
 // it (*all_alphabet = true), else its own UTF-8 (the ByteLevel decoder's
-// rule for added tokens such as "é").
+// rule for added tokens such as "<→>").
 std::string token_bytes(std::string_view text, bool* all_alphabet) {
   std::string out;
   out.reserve(text.size());
@@ -306,6 +306,8 @@ void ByteLevelBpeTokenizer::Impl::parse_model(const json& m) {
   }
   text.assign(std::size_t(max_id) + 1, std::string());
   assigned.assign(std::size_t(max_id) + 1, 0);
+  by_text.reserve(v->size() + 512);
+  by_bytes.reserve(v->size());
   for (const auto& [tok, idj] : v->items()) {
     const int id = idj.get<int>();
     if (assigned[std::size_t(id)])

@@ -203,25 +203,17 @@ std::string SentencePieceTokenizer::decode(const token_t* ids, std::size_t n) co
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& model,
                                           const std::string& origin, int eos_id) {
-  std::unique_ptr<Tokenizer> tok;
-  if (name == "bytes") {
-    tok = std::make_unique<ByteTokenizer>();
-  } else if (name == "sentencepiece") {
-    tok = SentencePieceTokenizer::from_serialized(model, origin);
-  } else if (name == ByteLevelBpeTokenizer::kName) {
+  if (name == "bytes") return std::make_unique<ByteTokenizer>();
+  if (name == "sentencepiece") return SentencePieceTokenizer::from_serialized(model, origin);
+  if (name == ByteLevelBpeTokenizer::kName) {
     // The EOS of a byte-level BPE tokenizer is a choice made when the data
     // was prepared (--eos-token): the recorded id is the one to use.
     ByteLevelBpeOptions o;
     o.eos_id = eos_id;
     return ByteLevelBpeTokenizer::from_json(model, origin, o);
-  } else {
-    throw DataError(origin + ": unknown tokenizer '" + name + "' (expected bytes, sentencepiece or " +
-                    ByteLevelBpeTokenizer::kName + ")");
   }
-  if (eos_id >= 0 && eos_id != tok->eos_id())
-    throw DataError(origin + ": eos_id " + std::to_string(eos_id) + " is not the " + name + " tokenizer's EOS " +
-                    std::to_string(tok->eos_id()));
-  return tok;
+  throw DataError(origin + ": unknown tokenizer '" + name + "' (expected bytes, sentencepiece or " +
+                  ByteLevelBpeTokenizer::kName + ")");
 }
 
 }  // namespace wlb::data

@@ -39,12 +39,13 @@
 /// document is encoded as the characters it consists of (HF's tokenizers
 /// would emit the special id; tiktoken's encode() refuses such text). So a
 /// document can never contain EOS, and what a document says stays text.
-/// encode() adds no special tokens (no BOS, no post_processor template);
-/// the dataset writer appends EOS after every document.
+/// encode() adds no special tokens (no BOS, no post_processor template) and
+/// ignores `truncation` and `padding`; the dataset writer appends EOS after
+/// every document.
 ///
 /// Decoding (`decoder` ByteLevel): each token's characters map back to bytes
 /// through the alphabet; a token with a character outside it (an added
-/// token's content such as "<|begin_of_text|>" is inside it; "é" alone is
+/// token such as "<|begin_of_text|>" is inside it, one such as "<→>" is
 /// not) contributes its own UTF-8 bytes, as the crate's ByteLevel decoder
 /// does. The bytes are concatenated and returned as they are (an id sequence
 /// cut inside a character keeps the partial bytes; HF would show U+FFFD).

@@ -119,9 +119,10 @@ class SentencePieceTokenizer final : public Tokenizer {
 /// `tokenizer` attribute, model its /tokenizer/model bytes ("" for bytes),
 /// eos_id its eos_id attribute (-1: not known). hf-bpe takes its EOS from
 /// eos_id (byte_level_bpe.hpp: the rule when -1); bytes and sentencepiece
-/// have a fixed EOS, which eos_id must equal when given.
-/// \throws core::DataError for an unknown name, an invalid model or an
-///         eos_id that is not the tokenizer's EOS.
+/// have a fixed EOS and ignore it (tests write bytes datasets with other
+/// vocabularies and EOS ids).
+/// \throws core::DataError for an unknown name, an invalid model, or an
+///         hf-bpe eos_id that is not a special added token's.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& model,
                                           const std::string& origin = "tokenizer", int eos_id = -1);
 
