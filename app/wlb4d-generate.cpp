@@ -96,7 +96,8 @@ int run(int argc, char** argv) {
   const auto info = wlb::io::read_checkpoint_info(path);
   std::unique_ptr<wlb::data::Tokenizer> tok;
   if (!info.tokenizer.empty())
-    tok = wlb::data::make_tokenizer(info.tokenizer, wlb::io::read_checkpoint_tokenizer_model(path), path);
+    tok = wlb::data::make_tokenizer(info.tokenizer, wlb::io::read_checkpoint_tokenizer_model(path), path,
+                                    int(info.eos_id));
   const bool by_ids = vm.count("prompt-ids") > 0;
   if (!tok && !by_ids)
     throw wlb::core::CheckpointError("checkpoint " + path + ": carries no tokenizer (written before checkpoints stored "

@@ -3,6 +3,7 @@
 #   wlb4d::kokkos         Kokkos core (Debian 3.4 target repaired; Spack 4.x untouched)
 #   wlb4d::kokkoskernels  KokkosKernels (Debian exports variables, Spack a target)
 #   wlb4d::sentencepiece  sentencepiece via pkg-config
+#   wlb4d::pcre2          PCRE2 (8-bit) via pkg-config, else find_library
 #   wlb4d::nccl           NCCL (only with WLB4D_ENABLE_CUDA)
 #   wlb4d::cublas         cuBLAS for the bf16 GEMMs (only with WLB4D_ENABLE_CUDA)
 
@@ -78,6 +79,30 @@ pkg_check_modules(SPM REQUIRED IMPORTED_TARGET sentencepiece)
 add_library(wlb4d_sentencepiece INTERFACE)
 target_link_libraries(wlb4d_sentencepiece INTERFACE PkgConfig::SPM)
 add_library(wlb4d::sentencepiece ALIAS wlb4d_sentencepiece)
+
+# ---- PCRE2 (the byte-level BPE pre-tokenizer regexes: Unicode properties, JIT) ----
+# pkg-config libpcre2-8 (Debian libpcre2-dev, Spack pcre2); a PCRE2 without
+# its .pc file (built by hand) is found by header and library instead.
+pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+add_library(wlb4d_pcre2 INTERFACE)
+if(PCRE2_FOUND)
+  target_link_libraries(wlb4d_pcre2 INTERFACE PkgConfig::PCRE2)
+  message(STATUS "wlb4d: PCRE2 ${PCRE2_VERSION} (pkg-config libpcre2-8)")
+else()
+  find_path(WLB4D_PCRE2_INCLUDE_DIR pcre2.h)
+  find_library(WLB4D_PCRE2_LIBRARY NAMES pcre2-8)
+  if(NOT WLB4D_PCRE2_INCLUDE_DIR OR NOT WLB4D_PCRE2_LIBRARY)
+    message(FATAL_ERROR "wlb4d needs PCRE2 (8-bit library, pcre2.h) for Hugging Face byte-level BPE tokenizers; "
+                        "neither pkg-config libpcre2-8 nor pcre2.h + libpcre2-8 was found. "
+                        "Debian: apt-get install libpcre2-dev; Spack: pcre2.")
+  endif()
+  target_include_directories(wlb4d_pcre2 SYSTEM INTERFACE ${WLB4D_PCRE2_INCLUDE_DIR})
+  target_link_libraries(wlb4d_pcre2 INTERFACE ${WLB4D_PCRE2_LIBRARY})
+  message(STATUS "wlb4d: PCRE2 ${WLB4D_PCRE2_LIBRARY}")
+endif()
+# pcre2.h declares one code-unit width's API per translation unit.
+target_compile_definitions(wlb4d_pcre2 INTERFACE PCRE2_CODE_UNIT_WIDTH=8)
+add_library(wlb4d::pcre2 ALIAS wlb4d_pcre2)
 
 # ---- CUDA / NCCL (GPU path only) -------------------------------------------------
 if(WLB4D_ENABLE_CUDA)

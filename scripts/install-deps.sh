@@ -12,7 +12,7 @@ PKGS=(
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
   libboost-program-options-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libsentencepiece-dev sentencepiece
+  libsentencepiece-dev sentencepiece libpcre2-dev
   libgtest-dev libbenchmark-dev
   python3-h5py python3-matplotlib python3-numpy python3-yaml
   xz-utils

@@ -2,7 +2,7 @@
 """`wlb4d-ckpt export-hf` through the executables, checked by an independent
 Llama (hf_llama_reference.py, float64 numpy from HF's conventions).
 
-  hf_export_check.py WLB4D WLB4D_PREP WLB4D_CKPT SOURCE_DIR WORKDIR [--tokenizer bytes|sentencepiece]
+  hf_export_check.py WLB4D WLB4D_PREP WLB4D_CKPT SOURCE_DIR WORKDIR [--tokenizer bytes|sentencepiece|hf-bpe]
 
 1. wlb4d-prep writes a training and a validation set of tests/data/tiny.jsonl;
    wlb4d trains ci-tiny for 12 steps with a padded vocabulary
@@ -18,7 +18,12 @@ Llama (hf_llama_reference.py, float64 numpy from HF's conventions).
    index; every tensor equals the fp32 export rounded to bf16 (nearest,
    ties to even, computed here) and the loss stays within bf16's error.
 4. The tokenizer files: bytes: tokenizer.json's 256 base tokens are the
-   bytes; sentencepiece: tokenizer.model is the dataset's model byte for byte.
+   bytes; sentencepiece: tokenizer.model is the dataset's model byte for byte;
+   hf-bpe (a small Llama-3-style tokenizer.json written here, prepared with
+   --eos-token <|eot_id|>, not the rule's <|end_of_text|>): tokenizer.json is
+   that file byte for byte and tokenizer_config.json / config.json name the
+   chosen EOS and the BOS; import-hf stores it back as hf-bpe with that EOS
+   (tokenizer_config.json's), and wlb4d-generate encodes and decodes with it.
 5. Refusals: a non-empty OUTDIR, --dtype fp8, a bad --max-shard-size, a
    missing checkpoint: non-zero exit, a message naming the thing.
 """
@@ -64,6 +69,51 @@ def fail(msg):
     sys.exit(f"hf_export_check ({a.tokenizer}): {msg}")
 
 
+def bytes_to_unicode():
+    """GPT-2's byte -> character table (openai/gpt-2 encoder.py), written out here again."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+# A Llama-3-shaped byte-level BPE: Split (Llama 3's pattern) + ByteLevel,
+# ignore_merges, merges as pairs, the 256 bytes then a few English merges,
+# three special tokens after a gap of unused ids.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+BPE_MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ o", "r e", "a n", "e s", "Ġ s", "Ġ w", "Ġ c",
+              "e n", "a t", "Ġo f", "Ġ p", "i t", "o r", "Ġa n", "Ġan d", "Ġ f", "Ġ b", "e d", "a l", "i on", "Ġ in"]
+
+
+def write_bpe_tokenizer(path):
+    vocab = {c: b for b, c in bytes_to_unicode().items()}
+    merges = []
+    for m in BPE_MERGES:
+        x, y = m.split(" ")
+        vocab.setdefault(x + y, len(vocab))
+        merges.append([x, y])
+    added = [{"id": len(vocab) + 5 + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for i, c in enumerate(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"])]
+    t = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+             {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+         "post_processor": None,
+         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                   "vocab": vocab, "merges": merges}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(t, f, ensure_ascii=False)
+    return {x["content"]: x["id"] for x in added}
+
+
 shutil.rmtree(a.workdir, ignore_errors=True)
 os.makedirs(a.workdir)
 os.chdir(a.workdir)
@@ -71,7 +121,16 @@ prep = [a.prep, "--input", os.path.join(a.src, "tests/data/tiny.jsonl"), "--outp
         "--val-fraction", "0.25", "--val-output", "val.h5", "--tokenizer", a.tokenizer]
 if a.tokenizer == "sentencepiece":
     prep += ["--vocab-size", "320"]
-run(prep)
+if a.tokenizer == "hf-bpe":
+    specials = write_bpe_tokenizer("tok.json")
+    prep[prep.index("hf-bpe")] = "tok.json"
+    prep += ["--eos-token", "<|eot_id|>"]
+    out = run(prep).stdout
+    if f"tokenizer hf-bpe, vocab_size {specials['<|eot_id|>'] + 1}, eos_id {specials['<|eot_id|>']} (<|eot_id|>)" \
+            not in out:
+        fail(f"wlb4d-prep did not report the tokenizer and the named EOS:\n{out}")
+else:
+    run(prep)
 with h5py.File("train.h5", "r") as f:
     data_vocab = int(f.attrs["vocab_size"])
 padded = data_vocab + 43
@@ -144,16 +203,34 @@ if a.tokenizer == "bytes":
     vocab = tj["model"]["vocab"]
     if sorted(vocab.values()) != list(range(256)) or tj["added_tokens"][0]["id"] != 256:
         fail("tokenizer.json: the base vocabulary is not the 256 bytes plus EOS 256")
-    # GPT-2's bytes_to_unicode, written out here again.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    if any(vocab[chr(c)] != b for b, c in zip(bs, cs)):
+    if any(vocab[c] != b for b, c in bytes_to_unicode().items()):
         fail("tokenizer.json: the base vocabulary is not GPT-2's byte-to-unicode alphabet")
+elif a.tokenizer == "hf-bpe":
+    given = open("tok.json", "rb").read()
+    with h5py.File("train.h5", "r") as f:
+        if bytes(f["tokenizer/model"][:]) != given or f["tokenizer"].attrs["type"] not in ("hf-tokenizer-json",
+                                                                                          b"hf-tokenizer-json"):
+            fail("train.h5's /tokenizer/model is not tok.json byte for byte (type hf-tokenizer-json)")
+    if open("hf32/tokenizer.json", "rb").read() != given:
+        fail("the exported tokenizer.json is not the one the data was prepared with")
+    tc = json.load(open("hf32/tokenizer_config.json"))
+    eot, bot = specials["<|eot_id|>"], specials["<|begin_of_text|>"]
+    if (tc.get("eos_token"), tc.get("bos_token"), tc.get("tokenizer_class")) != \
+            ("<|eot_id|>", "<|begin_of_text|>", "PreTrainedTokenizerFast") or \
+            (cfg["eos_token_id"], cfg["bos_token_id"]) != (eot, bot):
+        fail(f"tokenizer_config.json / config.json special tokens: {tc}, eos id {cfg['eos_token_id']}, "
+             f"bos id {cfg['bos_token_id']} (expected <|eot_id|> {eot}, <|begin_of_text|> {bot})")
+    run([a.ckpt, "import-hf", "hf32", "imported.h5"])
+    out = run([a.ckpt, "inspect", "imported.h5"]).stdout
+    want = f"hf-bpe, vocab {data_vocab} (model rows {data_vocab}), eos {eot}, bos {bot}"
+    if want not in out:
+        fail(f"import-hf did not store the tokenizer as '{want}':\n{out}")
+    gen = os.path.join(os.path.dirname(a.ckpt), "wlb4d-generate")
+    out = run([gen, "ck", "--prompt", "The President and the", "--max-new-tokens", "8", "--greedy"]).stdout
+    if not out.startswith("The President and the"):
+        fail(f"wlb4d-generate did not continue the prompt with the checkpoint's hf-bpe tokenizer:\n{out}")
+    print("hf_export_check: hf-bpe: tokenizer.json exported byte for byte, EOS <|eot_id|> named; "
+          "import-hf stores it back; wlb4d-generate continues a text prompt")
 else:
     with h5py.File("train.h5", "r") as f:
         model = bytes(f["tokenizer/model"][:])

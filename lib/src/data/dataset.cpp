@@ -154,9 +154,9 @@ void TokenDataset::Impl::open_common(hid_t fapl) {
                     " must be in [0, vocab_size = " + std::to_string(vocab) + ")");
   im.eos_id = static_cast<int>(eos);
   im.tokenizer = h5::read_attr_string(root, "tokenizer", path);
-  if (im.tokenizer != "bytes" && im.tokenizer != "sentencepiece")
+  if (im.tokenizer != "bytes" && im.tokenizer != "sentencepiece" && im.tokenizer != "hf-bpe")
     throw DataError(path + ": wrong schema: root attribute 'tokenizer' is '" + im.tokenizer +
-                    "', expected 'bytes' or 'sentencepiece'");
+                    "', expected 'bytes', 'sentencepiece' or 'hf-bpe'");
   im.source = h5::has_attr(root, "source") ? h5::read_attr_string(root, "source", path) : std::string();
 
   hsize_t n = 0;
@@ -182,10 +182,10 @@ void TokenDataset::Impl::open_common(hid_t fapl) {
   }
   if (h5::has_attr(root, "tokens_fnv1a64")) im.checksum = h5::read_attr_string(root, "tokens_fnv1a64", path);
 
-  if (im.tokenizer == "sentencepiece") {
+  if (im.tokenizer != "bytes") {
     hsize_t m = 0;
     if (!h5::exists(root, "tokenizer"))
-      throw DataError(dset_err(path, "tokenizer/model", "is missing (required when tokenizer = sentencepiece)"));
+      throw DataError(dset_err(path, "tokenizer/model", "is missing (required when tokenizer = " + im.tokenizer + ")"));
     Handle d = open_1d(root, path, "tokenizer/model", H5T_INTEGER, 1, true, "uint8", &m);
     im.model.resize(m);
     if (m > 0) read_all(d.get(), H5T_NATIVE_UINT8, im.model.data(), path, "tokenizer/model");
@@ -393,10 +393,10 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
   im.vocab_size = vocab_size;
   im.eos_id = eos_id;
   im.opts = opts;
-  if (tokenizer != "bytes" && tokenizer != "sentencepiece")
-    throw DataError(path + ": unknown tokenizer '" + tokenizer + "' (expected bytes or sentencepiece)");
-  if (tokenizer == "sentencepiece" && model.empty())
-    throw DataError(path + ": a sentencepiece dataset needs the serialized model");
+  if (tokenizer != "bytes" && tokenizer != "sentencepiece" && tokenizer != "hf-bpe")
+    throw DataError(path + ": unknown tokenizer '" + tokenizer + "' (expected bytes, sentencepiece or hf-bpe)");
+  if (tokenizer != "bytes" && model.empty())
+    throw DataError(path + ": a " + tokenizer + " dataset needs the serialized model");
   if (vocab_size < 1 || eos_id < 0 || eos_id >= vocab_size)
     throw DataError(path + ": eos_id " + std::to_string(eos_id) + " must be in [0, vocab_size = " +
                     std::to_string(vocab_size) + ")");
@@ -427,7 +427,7 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
   h5::write_attr_string(root, "source", source, im.tmp);
   h5::write_attr_string(root, "writer", std::string("wlb4d ") + core::kVersion + " (" + core::kGitSha + ")",
                         im.tmp);
-  if (tokenizer == "sentencepiece") {
+  if (tokenizer != "bytes") {
     Handle g(h5::check(H5Gcreate2(root, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), im.tmp,
                        "cannot create group 'tokenizer'"));
     hsize_t m = model.size();
@@ -436,7 +436,10 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
                        im.tmp, "cannot create dataset 'tokenizer/model'"));
     h5::check_status(H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, model.data()), im.tmp,
                      "cannot write dataset 'tokenizer/model'");
-    h5::write_attr_string(g.get(), "type", "sentencepiece-bpe", im.tmp);
+    // What /tokenizer/model holds: a sentencepiece ModelProto, or the text of
+    // a Hugging Face tokenizer.json.
+    h5::write_attr_string(g.get(), "type", tokenizer == "sentencepiece" ? "sentencepiece-bpe" : "hf-tokenizer-json",
+                          im.tmp);
   }
 }
 

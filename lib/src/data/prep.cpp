@@ -2,6 +2,7 @@
 #include "wlb4d/data/prep.hpp"
 
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/data/byte_level_bpe.hpp"
 #include "wlb4d/data/document_stream.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/data/tokenizer.hpp"
@@ -34,7 +35,11 @@ po::options_description prep_options() {
       ("input,i", po::value<std::vector<std::string>>()->composing(),
        "corpus file or directory (repeatable): .jsonl, .jsonl.xz, .txt, .txt.xz")
       ("output,o", po::value<std::string>(), "training dataset to write (HDF5, e.g. train.h5)")
-      ("tokenizer", po::value<std::string>()->default_value("bytes"), "bytes | sentencepiece")
+      ("tokenizer", po::value<std::string>()->default_value("bytes"),
+       "bytes | sentencepiece | FILE.json (a Hugging Face tokenizer.json: byte-level BPE, e.g. GPT-2, Llama 3)")
+      ("eos-token", po::value<std::string>(),
+       "with a tokenizer.json: the special added token that ends every document (default: the first of "
+       "<|end_of_text|>, <|endoftext|>, </s>, <eos> among its added_tokens)")
       ("vocab-size", po::value<int>()->default_value(8192),
        "sentencepiece BPE vocabulary to train (>= 300; ignored with --spm-model)")
       ("spm-model", po::value<std::string>(), "use this sentencepiece .model instead of training one")
@@ -139,8 +144,9 @@ std::string human_bytes(std::int64_t b) {
 std::string prep_help() {
   std::ostringstream os;
   os << "wlb4d-prep: text corpus -> HDF5 token dataset (docs/data.md)\n\n"
-     << "usage: wlb4d-prep --input FILE_OR_DIR [--input ...] --output OUT.h5 [--tokenizer bytes|sentencepiece]\n"
-     << "                  [--vocab-size N] [--spm-model FILE.model] [--val-fraction F --val-output VAL.h5]\n"
+     << "usage: wlb4d-prep --input FILE_OR_DIR [--input ...] --output OUT.h5\n"
+     << "                  [--tokenizer bytes|sentencepiece|TOKENIZER.json] [--vocab-size N] [--spm-model FILE.model]\n"
+     << "                  [--eos-token TEXT] [--val-fraction F --val-output VAL.h5]\n"
      << "                  [--seed S] [--max-docs N]\n\n"
      << prep_options() << "\n"
      << "Inputs: *.jsonl / *.jsonl.xz hold one JSON object per line, the document is its \"text\";\n"
@@ -152,10 +158,18 @@ std::string prep_help() {
      << "  Documents keep their boundaries; each ends with EOS in the dataset.\n"
      << "Tokenizers: bytes = UTF-8 bytes 0..255 + EOS 256 (vocab 257); sentencepiece = BPE trained on\n"
      << "  the training split (identity normalisation, byte fallback: exact round trip), stored in\n"
-     << "  the dataset at /tokenizer/model.\n"
+     << "  the dataset at /tokenizer/model; TOKENIZER.json = a Hugging Face byte-level BPE (GPT-2,\n"
+     << "  Llama 3, ...: model BPE, pre_tokenizer ByteLevel or Split + ByteLevel, decoder ByteLevel),\n"
+     << "  stored unchanged at /tokenizer/model (tokenizer hf-bpe). Special-token text inside a\n"
+     << "  document stays text; EOS is --eos-token, else the first special added token among\n"
+     << "  <|end_of_text|>, <|endoftext|>, </s>, <eos>.\n"
      << "Split: by document, a seeded permutation puts round(F * N) documents (at least 1 when F > 0)\n"
      << "  into --val-output; both files keep the corpus order.\n";
   return os.str();
+}
+
+bool is_hf_tokenizer(const std::string& tokenizer) {
+  return tokenizer.size() > 5 && tokenizer.compare(tokenizer.size() - 5, 5, ".json") == 0;
 }
 
 PrepOptions parse_prep_args(int argc, const char* const* argv) {
@@ -175,6 +189,7 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
   if (vm.count("input")) o.inputs = vm["input"].as<std::vector<std::string>>();
   if (vm.count("output")) o.output = vm["output"].as<std::string>();
   o.tokenizer = vm["tokenizer"].as<std::string>();
+  if (vm.count("eos-token")) o.eos_token = vm["eos-token"].as<std::string>();
   o.vocab_size = vm["vocab-size"].as<int>();
   if (vm.count("spm-model")) o.spm_model = vm["spm-model"].as<std::string>();
   o.val_fraction = vm["val-fraction"].as<double>();
@@ -187,10 +202,14 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
 static void validate(const PrepOptions& o) {
   if (o.inputs.empty()) throw ConfigError("wlb4d-prep: --input is required (a corpus file or directory)");
   if (o.output.empty()) throw ConfigError("wlb4d-prep: --output is required (the dataset to write)");
-  if (o.tokenizer != "bytes" && o.tokenizer != "sentencepiece")
-    throw ConfigError("wlb4d-prep: --tokenizer '" + o.tokenizer + "' must be bytes or sentencepiece");
-  if (o.tokenizer == "bytes" && !o.spm_model.empty())
+  const bool hf = is_hf_tokenizer(o.tokenizer);
+  if (o.tokenizer != "bytes" && o.tokenizer != "sentencepiece" && !hf)
+    throw ConfigError("wlb4d-prep: --tokenizer '" + o.tokenizer +
+                      "' must be bytes, sentencepiece or a Hugging Face tokenizer.json (a path ending in .json)");
+  if (o.tokenizer != "sentencepiece" && !o.spm_model.empty())
     throw ConfigError("wlb4d-prep: --spm-model needs --tokenizer sentencepiece");
+  if (!hf && !o.eos_token.empty())
+    throw ConfigError("wlb4d-prep: --eos-token needs --tokenizer TOKENIZER.json (bytes and sentencepiece have a fixed EOS)");
   if (o.tokenizer == "sentencepiece" && o.spm_model.empty() && o.vocab_size < 300)
     throw ConfigError("wlb4d-prep: --vocab-size " + std::to_string(o.vocab_size) +
                       " must be >= 300 (256 byte pieces + specials + characters)");
@@ -251,6 +270,12 @@ PrepSummary run_prep(const PrepOptions& o) {
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer == "bytes") {
     tok = std::make_unique<ByteTokenizer>();
+  } else if (is_hf_tokenizer(o.tokenizer)) {
+    ByteLevelBpeOptions bo;
+    bo.eos_token = o.eos_token;
+    auto bpe = ByteLevelBpeTokenizer::load(o.tokenizer, bo);
+    s.eos_token = bpe->token(bpe->eos_id());
+    tok = std::move(bpe);
   } else if (!o.spm_model.empty()) {
     tok = SentencePieceTokenizer::load(o.spm_model);
   } else {
@@ -300,7 +325,8 @@ std::string format_summary(const PrepSummary& s) {
                      c.documents, human_bytes(c.bytes), c.files, c.empty_skipped, c.no_text_skipped);
   if (c.ignored_files) out += fmt::format(", {} other files ignored", c.ignored_files);
   out += fmt::format("; {} with invalid UTF-8 repaired\n", c.utf8_repaired);
-  out += fmt::format("wlb4d-prep: tokenizer {}, vocab_size {}, eos_id {}\n", s.tokenizer, s.vocab_size, s.eos_id);
+  out += fmt::format("wlb4d-prep: tokenizer {}, vocab_size {}, eos_id {}{}\n", s.tokenizer, s.vocab_size, s.eos_id,
+                     s.eos_token.empty() ? "" : " (" + s.eos_token + ")");
   auto line = [&](const char* name, const SplitSummary& x) {
     out += fmt::format(
         "wlb4d-prep: {} {}: {} documents, {} tokens; document length (tokens) p50 {} p90 {} p99 {} max {}\n", name,

@@ -2,6 +2,9 @@
 #include "wlb4d/data/tokenizer.hpp"
 
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/data/byte_level_bpe.hpp"
+
+#include "model_file.hpp"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -136,26 +139,33 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_serialized(
 }
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
-  // The model is read whole: a device (/dev/zero), a FIFO or a huge file
-  // would be read without bound, so it is checked from its metadata first.
+  return from_serialized(detail::read_model_file(path, "sentencepiece model file", kMaxModelBytes), path);
+}
+
+namespace detail {
+
+std::string read_model_file(const std::string& path, const std::string& what, std::uintmax_t max_bytes) {
   namespace fs = std::filesystem;
+  const std::string limit = max_bytes == (std::uintmax_t{1} << 30) ? "1 GiB" : std::to_string(max_bytes) + " bytes";
   std::error_code ec;
   const auto st = fs::status(path, ec);  // follows symlinks
   if (!ec && fs::exists(st) && !fs::is_regular_file(st))
-    throw DataError(path + ": sentencepiece model file is not a regular file (a device, FIFO or directory); "
-                           "it must be a regular file of at most 1 GiB");
+    throw DataError(path + ": " + what + " is not a regular file (a device, FIFO or directory); " +
+                    "it must be a regular file of at most " + limit);
   if (!ec && fs::is_regular_file(st)) {
     const auto size = fs::file_size(path, ec);
-    if (!ec && size > kMaxModelBytes)
-      throw DataError(path + ": sentencepiece model file is " + std::to_string(size) +
-                      " bytes; it must be a regular file of at most 1 GiB");
+    if (!ec && size > max_bytes)
+      throw DataError(path + ": " + what + " is " + std::to_string(size) +
+                      " bytes; it must be a regular file of at most " + limit);
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path + ": cannot open sentencepiece model file");
+  if (!in) throw DataError(path + ": cannot open " + what);
   std::ostringstream ss;
   ss << in.rdbuf();
-  return from_serialized(ss.str(), path);
+  return ss.str();
 }
+
+}  // namespace detail
 
 int SentencePieceTokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
 int SentencePieceTokenizer::eos_id() const { return impl_->sp.eos_id(); }
@@ -192,10 +202,18 @@ std::string SentencePieceTokenizer::decode(const token_t* ids, std::size_t n) co
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& model,
-                                          const std::string& origin) {
+                                          const std::string& origin, int eos_id) {
   if (name == "bytes") return std::make_unique<ByteTokenizer>();
   if (name == "sentencepiece") return SentencePieceTokenizer::from_serialized(model, origin);
-  throw DataError(origin + ": unknown tokenizer '" + name + "' (expected bytes or sentencepiece)");
+  if (name == ByteLevelBpeTokenizer::kName) {
+    // The EOS of a byte-level BPE tokenizer is a choice made when the data
+    // was prepared (--eos-token): the recorded id is the one to use.
+    ByteLevelBpeOptions o;
+    o.eos_id = eos_id;
+    return ByteLevelBpeTokenizer::from_json(model, origin, o);
+  }
+  throw DataError(origin + ": unknown tokenizer '" + name + "' (expected bytes, sentencepiece or " +
+                  ByteLevelBpeTokenizer::kName + ")");
 }
 
 }  // namespace wlb::data

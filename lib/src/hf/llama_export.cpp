@@ -4,6 +4,7 @@
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/param_shapes.hpp"
+#include "wlb4d/data/byte_level_bpe.hpp"
 #include "wlb4d/data/tokenizer.hpp"
 #include "wlb4d/io/checkpoint.hpp"
 
@@ -40,26 +41,6 @@ std::string hf_tensor_name(const std::string& n) {
   if (std::regex_match(n, m, kLayerName))
     if (auto it = kLayer.find(m[2].str()); it != kLayer.end()) return "model.layers." + m[1].str() + "." + it->second;
   throw core::InternalError("hf_tensor_name: '" + n + "' is not a wlb4d parameter name");
-}
-
-std::string byte_level_char(int b) {
-  // bytes_to_unicode(): '!'..'~', '¡'..'¬', '®'..'ÿ' map to themselves; the
-  // other 68 bytes, in increasing order, to U+0100, U+0101, ...
-  const auto printable = [](int x) { return (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174); };
-  int cp = b;
-  if (!printable(b)) {
-    int n = 0;
-    for (int x = 0; x < b; ++x) n += printable(x) ? 0 : 1;
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else {  // cp < 0x800: two UTF-8 bytes
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
 }
 
 namespace {
@@ -124,7 +105,7 @@ ordered_json llama_config(const io::CheckpointInfo& info, const core::Config& de
 /// as an added special token.
 ordered_json bytes_tokenizer_json(const std::string& eos) {
   ordered_json vocab = ordered_json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_level_char(b)] = b;
+  for (int b = 0; b < 256; ++b) vocab[data::byte_level_char(b)] = b;
   const ordered_json byte_level = {
       {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   ordered_json t;
@@ -177,6 +158,22 @@ std::vector<std::string> write_tokenizer(const std::string& checkpoint, const io
     cfg["legacy"] = true;
     cfg["add_prefix_space"] = false;
     cfg["sp_model_kwargs"] = ordered_json::object();
+  } else if (info.tokenizer == data::ByteLevelBpeTokenizer::kName) {
+    // The tokenizer.json the data was prepared with, byte for byte; its EOS
+    // (chosen at prep time) and BOS are named in tokenizer_config.json.
+    const std::string model = io::read_checkpoint_tokenizer_model(checkpoint);
+    if (model.empty()) throw CheckpointError(checkpoint + ": tokenizer = hf-bpe but /tokenizer/model is missing");
+    data::ByteLevelBpeOptions o;
+    o.eos_id = int(info.eos_id);
+    const auto t = data::ByteLevelBpeTokenizer::from_json(model, checkpoint + ": /tokenizer/model", o);
+    tok.eos = t->token(t->eos_id());
+    if (info.bos_id >= 0) tok.bos = t->token(int(info.bos_id));
+    std::ofstream out(dir / "tokenizer.json", std::ios::binary);
+    out.write(model.data(), std::streamsize(model.size()));
+    out.close();
+    if (!out) throw CheckpointError((dir / "tokenizer.json").string() + ": cannot write");
+    files.push_back("tokenizer.json");
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
   } else {
     tok.eos = "</s>";
     write_json(dir / "tokenizer.json", bytes_tokenizer_json(tok.eos));

@@ -3,6 +3,7 @@
 
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/param_shapes.hpp"
+#include "wlb4d/data/byte_level_bpe.hpp"
 #include "wlb4d/data/tokenizer.hpp"
 #include "wlb4d/hf/llama_export.hpp"
 #include "wlb4d/hf/safetensors.hpp"
@@ -160,6 +161,60 @@ std::map<std::string, std::string> weight_files(const fs::path& dir) {
   return {};  // every tensor in model.safetensors
 }
 
+/// tokenizer_config.json's eos_token ("" when absent): a string, or an
+/// AddedToken object {"content": ...} in older files. Only a hint for the
+/// EOS: an unreadable file leaves the rule to choose, it fails no import.
+std::string config_eos_token(const fs::path& dir) {
+  const fs::path p = dir / "tokenizer_config.json";
+  if (!fs::exists(p)) return {};
+  json c;
+  try {
+    c = read_json(p);
+  } catch (const CheckpointError&) {
+    return {};
+  }
+  if (!c.is_object()) return {};
+  const auto it = c.find("eos_token");
+  if (it == c.end()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"];
+  return {};
+}
+
+/// A tokenizer.json other than wlb4d's bytes one: stored as hf-bpe when
+/// wlb4d reads it (data/byte_level_bpe.hpp), with the EOS tokenizer_config.json
+/// names when that is a special added token, else the EOS rule's; otherwise
+/// not stored, and the note says why.
+void read_bpe_tokenizer(const fs::path& dir, io::CheckpointInfo& info, ImportReport& rep) {
+  const fs::path path = dir / "tokenizer.json";
+  const std::string text = read_file(path);
+  std::unique_ptr<data::ByteLevelBpeTokenizer> t;
+  std::string why;
+  std::vector<data::ByteLevelBpeOptions> tries(1);  // the EOS rule
+  if (const std::string eos = config_eos_token(dir); !eos.empty()) {
+    tries.insert(tries.begin(), data::ByteLevelBpeOptions{});
+    tries.front().eos_token = eos;
+  }
+  for (const auto& o : tries) {
+    if (t) break;
+    try {
+      t = data::ByteLevelBpeTokenizer::from_json(text, path.string(), o);
+    } catch (const core::DataError& e) {
+      if (why.empty()) why = e.what();
+    }
+  }
+  if (!t) {
+    rep.tokenizer_note = "the tokenizer is not stored: " + why +
+                         "; the checkpoint carries none (prepare the data with the same tokenizer)";
+    return;
+  }
+  info.tokenizer = t->name();
+  info.tokenizer_model = text;
+  info.tokenizer_vocab = t->vocab_size();
+  info.eos_id = t->eos_id();
+  info.bos_id = t->bos_id();
+}
+
 /// The tokenizer to store (llama_import.hpp).
 void read_tokenizer(const fs::path& dir, io::CheckpointInfo& info, ImportReport& rep) {
   if (fs::exists(dir / "tokenizer.model")) {
@@ -176,7 +231,7 @@ void read_tokenizer(const fs::path& dir, io::CheckpointInfo& info, ImportReport&
                  t["model"]["vocab"].is_object() && t["model"]["vocab"].size() == 256 &&
                  t["model"].contains("merges") && t["model"]["merges"].empty();
     for (int b = 0; bytes && b < 256; ++b) {
-      const auto it = t["model"]["vocab"].find(byte_level_char(b));
+      const auto it = t["model"]["vocab"].find(data::byte_level_char(b));
       bytes = it != t["model"]["vocab"].end() && *it == b;
     }
     if (bytes) {
@@ -185,9 +240,7 @@ void read_tokenizer(const fs::path& dir, io::CheckpointInfo& info, ImportReport&
       info.eos_id = data::ByteTokenizer::kEos;
       info.bos_id = -1;
     } else {
-      rep.tokenizer_note = (dir / "tokenizer.json").string() +
-                           " is a tokenizer wlb4d does not store yet; the checkpoint carries none (prepare the data "
-                           "with the same tokenizer)";
+      read_bpe_tokenizer(dir, info, rep);
     }
   } else {
     rep.tokenizer_note = dir.string() + " has no tokenizer.model or tokenizer.json; the checkpoint carries none";

@@ -397,8 +397,8 @@ CheckpointInfo read_info(hid_t f, const std::string& path) {
   if (info.vocab < 1 || info.vocab > (std::int64_t(1) << 40))
     fail(path, "attribute vocab_size = " + std::to_string(info.vocab) + " is not a vocabulary size (1 .. 2^40)");
   if (!info.tokenizer.empty()) {
-    if (info.tokenizer != "bytes" && info.tokenizer != "sentencepiece")
-      fail(path, "attribute tokenizer = '" + info.tokenizer + "' is not bytes or sentencepiece");
+    if (info.tokenizer != "bytes" && info.tokenizer != "sentencepiece" && info.tokenizer != "hf-bpe")
+      fail(path, "attribute tokenizer = '" + info.tokenizer + "' is not bytes, sentencepiece or hf-bpe");
     if (info.tokenizer_vocab < 1 || info.tokenizer_vocab > info.vocab)
       fail(path, "attribute tokenizer_vocab = " + std::to_string(info.tokenizer_vocab) +
                      " is not in 1 .. vocab_size = " + std::to_string(info.vocab));

@@ -226,7 +226,9 @@ struct Trainer::Impl {
           spdlog::warn("{}: no checksum (written by an older wlb4d-prep): token ids are checked per read span "
                        "only; re-run wlb4d-prep to add max_token_id and tokens_fnv1a64",
                        ds->path());
-    tokenizer_bos = data::make_tokenizer(train_ds.tokenizer(), train_ds.tokenizer_model(), train_ds.path())->bos_id();
+    tokenizer_bos = data::make_tokenizer(train_ds.tokenizer(), train_ds.tokenizer_model(), train_ds.path(),
+                                         train_ds.eos_id())
+                        ->bos_id();
     vocab = model_vocab();
     cfg.model.data_vocab = train_ds.vocab_size();  // padded rows (vocab > it) are masked out of the loss
     core::install_memory_tracker();  // before any model allocation
@@ -727,7 +729,8 @@ struct Trainer::Impl {
       for (const auto& p : shapes) fetch(p.name, p.global_shape);
       return core::wall_seconds() - t0;
     }
-    const auto tok = data::make_tokenizer(train_ds.tokenizer(), train_ds.tokenizer_model(), train_ds.path());
+    const auto tok =
+        data::make_tokenizer(train_ds.tokenizer(), train_ds.tokenizer_model(), train_ds.path(), train_ds.eos_id());
     std::vector<std::int32_t> prompt;
     for (auto t : tok->encode(cfg.train.sample_prompt)) prompt.push_back(std::int32_t(t));
     if (prompt.empty()) prompt.push_back(tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id());  // a new document

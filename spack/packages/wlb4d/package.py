@@ -41,7 +41,7 @@ class Wlb4d(CMakePackage, CudaPackage):
     depends_on("c", type="build")                  # HDF5 and MPI are C libraries
     depends_on("cxx", type="build")
     depends_on("cmake@3.22:", type="build")
-    depends_on("pkgconfig", type="build")          # sentencepiece is found with pkg-config
+    depends_on("pkgconfig", type="build")          # sentencepiece and pcre2 are found with pkg-config
 
     # Any MPI: mpich is only the default provider (spack.yaml packages:all:providers),
     # so a site's cray-mpich or openmpi external concretizes.
@@ -51,6 +51,7 @@ class Wlb4d(CMakePackage, CudaPackage):
     depends_on("kokkos@4.7.02:4.7 +serial")        # CUDA 13 needs kokkos@4.7.01: (recipe conflict)
     depends_on("kokkos-kernels@4.7 +serial +blas scalars=float,double")   # KokkosBlas::gemm
     depends_on("sentencepiece")
+    depends_on("pcre2@10.30: +jit")                # byte-level BPE (tokenizer.json) pre-tokenizer regexes
     depends_on("spdlog")
     depends_on("fmt")
     depends_on("nlohmann-json@3.10:")

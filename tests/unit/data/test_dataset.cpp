@@ -461,4 +461,24 @@ TEST(TokenDatasetWriter, ValidatesAndIsAtomic) {
   expect_data_error([] { TokenDatasetWriter("/no/such/dir/x.h5", "bytes", 257, 256, "", ""); },
                     {"/no/such/dir/x.h5.tmp", "cannot create"});
   expect_data_error([&] { TokenDatasetWriter(p, "sentencepiece", 400, 2, "", ""); }, {"needs the serialized model"});
+  expect_data_error([&] { TokenDatasetWriter(p, "hf-bpe", 400, 2, "", ""); },
+                    {"a hf-bpe dataset needs the serialized model"});
+  expect_data_error([&] { TokenDatasetWriter(p, "wordpiece", 400, 2, "", ""); },
+                    {"unknown tokenizer 'wordpiece' (expected bytes, sentencepiece or hf-bpe)"});
+}
+
+TEST(TokenDataset, HfBpeDatasetCarriesItsTokenizerJson) {
+  // /tokenizer/model holds the tokenizer.json text (group attribute type
+  // hf-tokenizer-json) and is required when tokenizer = hf-bpe.
+  const std::string model = test::tokenizer_json({{"h", "i"}}, test::gpt2_pre()).dump();
+  const auto p = test::scratch("hf-bpe.h5").string();
+  {
+    TokenDatasetWriter w(p, "hf-bpe", 303, 300, "t", model);
+    w.append({104, 105});
+    w.finish();
+  }
+  auto ds = TokenDataset::open(p);
+  EXPECT_EQ(ds.tokenizer(), "hf-bpe");
+  EXPECT_EQ(ds.tokenizer_model(), model);
+  EXPECT_EQ(make_tokenizer(ds.tokenizer(), ds.tokenizer_model(), p, ds.eos_id())->decode({104, 105, 300}), "hi");
 }

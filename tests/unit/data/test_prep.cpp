@@ -16,7 +16,7 @@ using namespace wlb::data;
 namespace {
 std::vector<std::string> decoded_docs(const std::string& path) {
   auto ds = TokenDataset::open(path);
-  auto tok = make_tokenizer(ds.tokenizer(), ds.tokenizer_model());
+  auto tok = make_tokenizer(ds.tokenizer(), ds.tokenizer_model(), path, ds.eos_id());
   std::vector<std::string> out;
   for (std::int64_t d = 0; d < ds.num_docs(); ++d) {
     std::vector<token_t> buf(static_cast<std::size_t>(ds.doc_length(d)));
@@ -122,6 +122,67 @@ TEST(Prep, SummaryNumbers) {
   EXPECT_EQ(percentile({}, 50), 0);
   EXPECT_EQ(percentile({1, 2, 3, 4}, 100), 4);
   EXPECT_EQ(percentile({1, 2, 3, 4}, 1), 1);
+}
+
+TEST(Prep, HuggingFaceTokenizerJson) {
+  // A Llama-3-style byte-level BPE written as a tokenizer.json file.
+  const auto json_path = test::scratch("bpe-tokenizer.json");
+  test::write_file(json_path, test::tokenizer_json({{"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}}, test::llama3_pre()).dump());
+  const char* argv[] = {"wlb4d-prep", "-i", "a.jsonl", "-o", "o.h5", "--tokenizer", "tok.json", "--eos-token", "<|eot_id|>"};
+  const auto parsed = parse_prep_args(static_cast<int>(std::size(argv)), argv);
+  EXPECT_EQ(parsed.tokenizer, "tok.json");
+  EXPECT_EQ(parsed.eos_token, "<|eot_id|>");
+  EXPECT_TRUE(is_hf_tokenizer("a/b/tokenizer.json"));
+  EXPECT_FALSE(is_hf_tokenizer(".json"));
+  EXPECT_FALSE(is_hf_tokenizer("sentencepiece"));
+
+  PrepOptions o;
+  o.inputs = {test::tiny_jsonl()};
+  o.output = test::scratch("hf-train.h5").string();
+  o.tokenizer = json_path.string();
+  auto s = run_prep(o);
+  EXPECT_EQ(s.tokenizer, "hf-bpe");
+  EXPECT_EQ(s.vocab_size, 303);
+  EXPECT_EQ(s.eos_id, 300);  // the rule: <|endoftext|>
+  EXPECT_NE(format_summary(s).find("tokenizer hf-bpe, vocab_size 303, eos_id 300 (<|endoftext|>)"), std::string::npos);
+  {
+    auto ds = TokenDataset::open(o.output);
+    EXPECT_EQ(ds.tokenizer(), "hf-bpe");
+    EXPECT_EQ(ds.tokenizer_model(), test::read_file(json_path));  // the file, byte for byte
+    const auto tok = make_tokenizer(ds.tokenizer(), ds.tokenizer_model(), o.output, ds.eos_id());
+    const auto texts = test::jsonl_texts(test::tiny_jsonl());
+    for (std::int64_t d = 0; d < ds.num_docs(); ++d) {
+      std::vector<token_t> buf(static_cast<std::size_t>(ds.doc_length(d)));
+      ds.read(d, 0, ds.doc_length(d), buf.data());
+      auto want = tok->encode(texts[std::size_t(d)]);
+      want.push_back(300);
+      EXPECT_EQ(buf, want);
+    }
+  }
+  EXPECT_EQ(decoded_docs(o.output), test::jsonl_texts(test::tiny_jsonl()));
+  // --eos-token names another special token; the dataset records it.
+  o.eos_token = "<|eot_id|>";
+  s = run_prep(o);
+  EXPECT_EQ(s.eos_id, 302);
+  EXPECT_EQ(TokenDataset::open(o.output).eos_id(), 302);
+  EXPECT_EQ(decoded_docs(o.output), test::jsonl_texts(test::tiny_jsonl()));
+  // Refusals: a named EOS that is not special; --eos-token without a
+  // tokenizer.json; a missing file; a tokenizer name that is neither.
+  o.eos_token = "he";
+  EXPECT_THROW(run_prep(o), core::DataError);
+  o.tokenizer = "bytes";
+  EXPECT_THROW(run_prep(o), core::ConfigError);
+  o.eos_token.clear();
+  o.tokenizer = test::scratch("missing.json").string();
+  EXPECT_THROW(run_prep(o), core::DataError);
+  o.tokenizer = "tokenizer.txt";
+  try {
+    run_prep(o);
+    ADD_FAILURE() << "--tokenizer tokenizer.txt was accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("must be bytes, sentencepiece or a Hugging Face tokenizer.json"),
+              std::string::npos);
+  }
 }
 
 TEST(Prep, NoDocumentsIsAnError) {

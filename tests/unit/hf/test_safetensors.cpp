@@ -271,18 +271,4 @@ TEST(HfLlamaNames, EveryParameterHasADistinctTransformersName) {
   EXPECT_THROW(hf::hf_tensor_name("layers.0.attn.bias"), core::InternalError);
 }
 
-TEST(HfLlamaNames, ByteLevelAlphabetIsGpt2s) {
-  // openai/gpt-2 encoder.py bytes_to_unicode: '!'..'~', '¡'..'¬', '®'..'ÿ' as
-  // themselves; the other 68 bytes as U+0100, U+0101, ... in byte order.
-  std::set<std::string> chars;
-  for (int b = 0; b < 256; ++b) chars.insert(hf::byte_level_char(b));
-  EXPECT_EQ(chars.size(), 256u);
-  EXPECT_EQ(hf::byte_level_char('A'), "A");
-  EXPECT_EQ(hf::byte_level_char(0), "\xc4\x80");     // U+0100
-  EXPECT_EQ(hf::byte_level_char(' '), "\xc4\xa0");   // U+0120 'Ġ'
-  EXPECT_EQ(hf::byte_level_char('\n'), "\xc4\x8a");  // U+010A 'Ċ'
-  EXPECT_EQ(hf::byte_level_char(0xe9), "\xc3\xa9");  // 'é' as itself
-  EXPECT_EQ(hf::byte_level_char(0xad), "\xc5\x83");  // soft hyphen: the 68th, U+0143
-}
-
 }  // namespace

@@ -8,10 +8,13 @@
 /// - `/doc_offsets` uint64 [num_docs + 1]: document d is
 ///                  tokens[doc_offsets[d], doc_offsets[d+1]) (its EOS last);
 ///                  doc_offsets[0] = 0, strictly increasing, last = num_tokens.
-/// - `/tokenizer/model` uint8 [n]: serialized sentencepiece model (only when
-///                  tokenizer = "sentencepiece").
+/// - `/tokenizer/model` uint8 [n]: the tokenizer's model (group attribute
+///                  `type`): a serialized sentencepiece model
+///                  ("sentencepiece-bpe", tokenizer = "sentencepiece") or
+///                  the text of a Hugging Face tokenizer.json
+///                  ("hf-tokenizer-json", tokenizer = "hf-bpe"); absent for bytes.
 /// - root attributes: format (string), format_version (int), vocab_size (int),
-///   eos_id (int), tokenizer ("bytes" | "sentencepiece"), source (string),
+///   eos_id (int), tokenizer ("bytes" | "sentencepiece" | "hf-bpe"), source (string),
 ///   num_docs, num_tokens (int, informational), writer (string),
 ///   max_token_id (int: the largest id in /tokens, EOS included) and
 ///   tokens_fnv1a64 (string, 16 hex digits: FNV-1a 64 over /tokens as
@@ -69,7 +72,7 @@ class TokenDataset {
   std::int64_t num_tokens() const;
   int vocab_size() const;
   int eos_id() const;
-  /// "bytes" or "sentencepiece".
+  /// "bytes", "sentencepiece" or "hf-bpe".
   const std::string& tokenizer() const;
   /// The path given to open().
   const std::string& path() const;
@@ -88,7 +91,8 @@ class TokenDataset {
   /// "path=<abs path>;size=<bytes>;mtime=<ns>;docs=<n>;tokens=<n>;offsets_fnv1a=<hex>":
   /// stored in checkpoints to detect a changed dataset on resume.
   std::string identity() const;
-  /// Serialized sentencepiece model ("" for the bytes tokenizer); read at open.
+  /// /tokenizer/model: a serialized sentencepiece model or a tokenizer.json's
+  /// text ("" for the bytes tokenizer); read at open.
   std::string tokenizer_model() const;
   /// The file carries tokens_fnv1a64 (verified at open); false for datasets
   /// written before wlb4d-prep stored it.
@@ -108,8 +112,9 @@ class TokenDatasetWriter {
   struct Options {
     std::int64_t chunk_tokens = 1 << 16;  ///< /tokens chunk: 64 Ki tokens = 256 KiB
   };
-  /// \param tokenizer "bytes" or "sentencepiece"; model is the serialized
-  ///        sentencepiece model (required for sentencepiece, "" for bytes).
+  /// \param tokenizer "bytes", "sentencepiece" or "hf-bpe"; model is the
+  ///        serialized sentencepiece model or the tokenizer.json text
+  ///        (Tokenizer::model(); required unless bytes, "" for bytes).
   /// \throws DataError when the file cannot be created or arguments are invalid.
   TokenDatasetWriter(const std::string& path, const std::string& tokenizer, int vocab_size, int eos_id,
                      const std::string& source, const std::string& model);

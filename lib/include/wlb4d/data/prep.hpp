@@ -5,7 +5,8 @@
 /// Steps: read the corpus (corpus.hpp rules), keep the first max_docs
 /// documents, split them by document into train/validation with a seeded
 /// permutation, build the tokenizer (bytes; or sentencepiece trained on the
-/// training documents, or loaded from --spm-model), encode and write each
+/// training documents, or loaded from --spm-model; or a byte-level BPE from a
+/// Hugging Face tokenizer.json, byte_level_bpe.hpp), encode and write each
 /// split with TokenDatasetWriter.
 
 #include "wlb4d/data/corpus.hpp"
@@ -19,7 +20,8 @@ namespace wlb::data {
 struct PrepOptions {
   std::vector<std::string> inputs;  ///< files or directories (corpus.hpp)
   std::string output;               ///< training dataset (.h5)
-  std::string tokenizer = "bytes";  ///< "bytes" | "sentencepiece"
+  std::string tokenizer = "bytes";  ///< "bytes" | "sentencepiece" | a tokenizer.json path (is_hf_tokenizer)
+  std::string eos_token;            ///< tokenizer.json only: the EOS token's text ("" = the rule)
   int vocab_size = 8192;            ///< sentencepiece training vocabulary
   std::string spm_model;            ///< existing .model instead of training
   double val_fraction = 0.0;        ///< fraction of documents for validation, [0, 1)
@@ -29,6 +31,9 @@ struct PrepOptions {
   bool help = false;                ///< --help was given
   bool version = false;             ///< --version was given
 };
+
+/// True when --tokenizer names a Hugging Face tokenizer.json: a path ending in ".json".
+bool is_hf_tokenizer(const std::string& tokenizer);
 
 /// Parses wlb4d-prep's command line (Boost.Program_options) and validates it.
 /// \throws core::ConfigError naming the option and the rule.
@@ -49,6 +54,7 @@ struct PrepSummary {
   std::string tokenizer;
   int vocab_size = 0;
   int eos_id = 0;
+  std::string eos_token;  ///< the EOS token's text (hf-bpe only: it was chosen; "" otherwise)
   SplitSummary train;
   bool has_val = false;
   SplitSummary val;

@@ -1,6 +1,6 @@
 #pragma once
 /// \file tokenizer.hpp
-/// \brief Text <-> token ids. Two tokenizers (docs/data.md):
+/// \brief Text <-> token ids. Three tokenizers (docs/data.md):
 ///
 /// - `bytes`: every UTF-8 byte is its own token, ids 0..255, plus one special
 ///   token EOS = 256; vocab_size = 257. No training, no model, exact round trip
@@ -12,6 +12,9 @@
 ///   becomes U+FFFD). ids: 0 = <unk>, 1 = <s>, 2 = </s> (EOS), then "\n" and
 ///   "\t" as user-defined pieces, the 256 byte pieces <0x00>..<0xFF>, then the
 ///   merges. The serialized model is stored in the dataset at /tokenizer/model.
+/// - `hf-bpe`: a byte-level BPE read from a Hugging Face tokenizer.json
+///   (GPT-2, Llama 3, ...; byte_level_bpe.hpp). The tokenizer.json bytes are
+///   stored in the dataset at /tokenizer/model.
 ///
 /// encode() never appends EOS; the dataset writer appends it to every document.
 /// decode() drops EOS (and sentencepiece's other control ids).
@@ -30,7 +33,7 @@ namespace wlb::data {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  /// "bytes" or "sentencepiece" (the dataset's `tokenizer` attribute).
+  /// "bytes", "sentencepiece" or "hf-bpe" (the dataset's `tokenizer` attribute).
   virtual std::string name() const = 0;
   /// Number of ids; every id is in [0, vocab_size).
   virtual int vocab_size() const = 0;
@@ -112,10 +115,15 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string model_;
 };
 
-/// The tokenizer a dataset was written with: name is its `tokenizer`
-/// attribute, model its /tokenizer/model bytes ("" for bytes).
-/// \throws core::DataError for an unknown name or an invalid model.
+/// The tokenizer a dataset (or checkpoint) was written with: name is its
+/// `tokenizer` attribute, model its /tokenizer/model bytes ("" for bytes),
+/// eos_id its eos_id attribute (-1: not known). hf-bpe takes its EOS from
+/// eos_id (byte_level_bpe.hpp: the rule when -1); bytes and sentencepiece
+/// have a fixed EOS and ignore it (tests write bytes datasets with other
+/// vocabularies and EOS ids).
+/// \throws core::DataError for an unknown name, an invalid model, or an
+///         hf-bpe eos_id that is not a special added token's.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& model,
-                                          const std::string& origin = "tokenizer");
+                                          const std::string& origin = "tokenizer", int eos_id = -1);
 
 }  // namespace wlb::data

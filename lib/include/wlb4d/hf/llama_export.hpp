@@ -32,7 +32,10 @@
 ///                           alphabet, id = byte value) and EOS = 256 an added
 ///                           special token, so every byte string encodes to its
 ///                           bytes and decodes back; tokenizer_config.json and
-///                           special_tokens_map.json name the EOS.
+///                           special_tokens_map.json name the EOS. hf-bpe:
+///                           the tokenizer.json the data was prepared with,
+///                           byte for byte; tokenizer_config.json and
+///                           special_tokens_map.json name its EOS (and BOS).
 ///
 /// ## Tensor names and layout
 /// wlb4d stores Linear weights row-major [out][in] as torch.nn.Linear, and
@@ -91,11 +94,5 @@ struct ExportReport {
 ///         the tokenizer) or naming outdir (exists and is not empty, cannot
 ///         be written).
 ExportReport export_llama(const std::string& checkpoint, const std::string& outdir, const ExportOptions& opts);
-
-/// GPT-2's byte-to-unicode alphabet (openai/gpt-2 encoder.py bytes_to_unicode):
-/// the UTF-8 text of the character byte b stands for in byte-level BPE
-/// vocabularies: printable Latin-1 bytes as themselves, the others as
-/// U+0100 + n in byte order.
-std::string byte_level_char(int b);
 
 }  // namespace wlb::hf

@@ -33,8 +33,12 @@
 ///                 with its special ids; a tokenizer.json that is wlb4d's own
 ///                 byte tokenizer (a byte-level BPE without merges over the
 ///                 256 bytes, export-hf) is stored as `bytes`; another
-///                 tokenizer.json (e.g. Llama 3's BPE) is not stored (a
-///                 warning says so): train on data prepared with it.
+///                 tokenizer.json that data::ByteLevelBpeTokenizer reads
+///                 (GPT-2's, Llama 3's byte-level BPE) is stored as `hf-bpe`,
+///                 byte for byte, with EOS = tokenizer_config.json's
+///                 eos_token when that is a special added token, else the
+///                 EOS rule of data/byte_level_bpe.hpp; any other is not
+///                 stored (a warning says why): train on data prepared with it.
 ///
 /// ## Memory
 /// One tensor at a time (hf::SafetensorsFile::read, io::save_weights_checkpoint).
@@ -57,7 +61,7 @@ struct ImportReport {
   core::ModelConfig model;          ///< the deck's [model] section for this checkpoint
   std::int64_t vocab = 0;           ///< rows of embed/lm_head written
   std::int64_t hf_vocab = 0;        ///< config.json's vocab_size
-  std::string tokenizer;            ///< "bytes", "sentencepiece" or "" (not stored)
+  std::string tokenizer;            ///< "bytes", "sentencepiece", "hf-bpe" or "" (not stored)
   std::string tokenizer_note;       ///< why no tokenizer was stored ("" if one was)
   int files = 0;                    ///< safetensors files read
   std::uint64_t largest_tensor_bytes = 0;  ///< fp32 bytes of the largest tensor

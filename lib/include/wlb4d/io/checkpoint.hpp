@@ -72,12 +72,13 @@
 ///     fp32 master weights and fp32 state either way), cost_source (string)
 ///     and cost_a, cost_b, cost_c (float64): the balancing cost model the
 ///     writing run planned with (CheckpointInfo; absent in older files),
-///     tokenizer (string "bytes" | "sentencepiece"), tokenizer_vocab,
+///     tokenizer (string "bytes" | "sentencepiece" | "hf-bpe"), tokenizer_vocab,
 ///     eos_id, bos_id (int64; -1: none): the training set's tokenizer, so
 ///     that a checkpoint can be exported, sampled and evaluated on its own
 ///     (absent in older files, which still load).
-///   /tokenizer/model  uint8 [n]: the serialized sentencepiece model (only
-///                     when tokenizer = sentencepiece), chunked + Fletcher32.
+///   /tokenizer/model  uint8 [n]: the serialized sentencepiece model
+///                     (tokenizer = sentencepiece) or the tokenizer.json text
+///                     (hf-bpe); absent for bytes; chunked + Fletcher32.
 ///
 /// ## Shapes before reads
 /// Every reader (load, verify, inspect) first checks the model record (the
@@ -199,8 +200,9 @@ struct CheckpointInfo {
   /// not empty. Read: "" when absent (older files).
   std::string cost_source;
   double cost_a = 0, cost_b = 0, cost_c = 0;
-  /// The training set's tokenizer (data::Tokenizer): "bytes" or
-  /// "sentencepiece"; "" when not stored (older files; save then writes none).
+  /// The training set's tokenizer (data::Tokenizer): "bytes",
+  /// "sentencepiece" or "hf-bpe"; "" when not stored (older files; save
+  /// then writes none).
   std::string tokenizer;
   /// The dataset's vocabulary (token ids < it); vocab above it is the
   /// padding of model.vocab_size (rows an export trims). 0 when not stored.
@@ -212,8 +214,9 @@ struct CheckpointInfo {
   /// file starts a run (checkpoint.init_from, fresh optimizer, step 0); a
   /// resume, which needs the moments, refuses it. Absent: false.
   bool weights_only = false;
-  /// Save: the serialized sentencepiece model, written to /tokenizer/model
-  /// ("" for bytes). Read: left empty (read_checkpoint_tokenizer_model()).
+  /// Save: the serialized sentencepiece model or tokenizer.json text
+  /// (Tokenizer::model()), written to /tokenizer/model ("" for bytes). Read:
+  /// left empty (read_checkpoint_tokenizer_model()).
   std::string tokenizer_model;
   // Filled by save/read; ignored on input to save_checkpoint():
   int layout[4] = {1, 1, 1, 1};  ///< writer's dp, pp, cp, tp
@@ -356,7 +359,7 @@ using TensorFill =
 ///         element count from fill, an HDF5 failure); fill's own exceptions pass through.
 void save_weights_checkpoint(const std::string& path, CheckpointInfo info, const TensorFill& fill);
 
-/// The serialized sentencepiece model stored in /tokenizer/model (serial;
+/// The tokenizer model stored in /tokenizer/model (serial;
 /// Fletcher32 checked); "" when the checkpoint stores none (the bytes
 /// tokenizer, or an older file). \throws core::CheckpointError naming the file.
 std::string read_checkpoint_tokenizer_model(const std::string& path);
