@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -363,6 +364,15 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
   }
   if (!csv_path.empty()) {
     if (file_exists(csv_path)) {
+      // Appending rows under another version's header would shift every column.
+      std::ostringstream want;
+      write_csv_header(want);
+      std::string have;
+      std::ifstream existing(csv_path);
+      std::getline(existing, have);
+      if (!have.empty() && have + "\n" != want.str())
+        throw DataError("timing CSV '" + csv_path + "' has other columns than this wlb4d writes (a file of another "
+                        "version): move it away or set log.csv_file to a new file");
       const std::size_t dropped = truncate_csv(csv_path, restart.step);
       if (dropped > 0)
         spdlog::info("timing CSV {}: {} rows with step >= {} (run again by this start) dropped", csv_path,
