@@ -21,7 +21,7 @@ if [ ! -f "$OUT/train.h5" ]; then
   "$BIN/wlb4d-prep" --input inputs/corpus/sotu-embedded.jsonl.xz --output "$OUT/train.h5" \
     --val-fraction 0.05 --val-output "$OUT/val.h5" > /dev/null
 fi
-rm -rf "$OUT/ck" "$OUT/hf32" "$OUT/hf16" "$OUT/imported.h5"
+rm -rf "$OUT/ck" "$OUT/hf32" "$OUT/hf16" "$OUT/imported.h5" "$OUT/run.csv"
 "$BIN/wlb4d" inputs/bench-gpt2-small.ini --data.train="$OUT/train.h5" --data.val="$OUT/val.h5" \
   --train.steps="$STEPS" --train.micro_batches=1 --train.max_seq_len=256 --train.print_every=20 \
   --train.eval_every="$STEPS" --train.eval_tokens=256 --optim.lr=1e-3 --optim.warmup_steps=20 \
