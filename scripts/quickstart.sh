@@ -27,8 +27,11 @@ mkdir -p "$RUN/data"
 if [ ! -x "$BIN/wlb4d" ] || [ ! -x "$BIN/wlb4d-prep" ]; then
   echo "quickstart: building wlb4d and wlb4d-prep (about 10 minutes on 2 cores the first time; later runs rebuild only what changed)"
 fi
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} > "$RUN/configure.log" 2>&1 \
-  || { cat "$RUN/configure.log"; exit 1; }
+# Configure once; later builds re-configure by themselves when a CMakeLists changes.
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} ${CMAKE_ARGS:-} > "$RUN/configure.log" 2>&1 \
+    || { cat "$RUN/configure.log"; exit 1; }
+fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target wlb4d wlb4d-prep
 if [ ! -f "$RUN/data/sotu-train.h5" ] || [ inputs/corpus/sotu-embedded.jsonl.xz -nt "$RUN/data/sotu-train.h5" ]; then
   "$BIN/wlb4d-prep" --input inputs/corpus/sotu-embedded.jsonl.xz \

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <chrono>
@@ -44,6 +45,23 @@ std::uint64_t text_hash(const char* s) {
   std::uint64_t h = 1469598103934665603ull;
   for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
   return h;
+}
+
+/// True when every rank of comm reaches this call within 3 s (each after an
+/// error of its own); false when one does not (it still runs, or waits in a
+/// collective, so the job must be aborted).
+bool every_rank_failed(MPI_Comm comm) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibarrier(comm, &req);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 /// Says a deck error once: true when every rank of comm failed with the same
@@ -130,6 +148,10 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   std::fflush(stderr);
   std::fflush(stdout);
   if (abort_job && world_size() > 1) {
+    // Every rank failed (a bad dataset, a full disk: each has said why):
+    // none waits in a collective, so each ends alone with the code, and
+    // mpiexec ends the job without MPI_Abort's banner under our messages.
+    if (every_rank_failed(agree_comm)) std::_Exit(code);
     // Give ranks that fail the same way a moment to print their own message
     // before the abort tears the job down.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));

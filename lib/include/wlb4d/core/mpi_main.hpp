@@ -8,9 +8,12 @@
 /// 5 s (a side communicator's nonblocking reduction of the text's hash); all
 /// ranks then finalize and return 2 — a clean collective exit with no hang
 /// and no abort banner. Where ranks differ, or one did not fail, each failing
-/// rank prints its own message and the job is aborted. Any other exception is printed by the rank
-/// that hit it, which then calls MPI_Abort so the job ends instead of
-/// deadlocking in the next collective.
+/// rank prints its own message and the job is aborted.
+/// Any other exception is printed by every rank that hit it; when every rank
+/// failed (a barrier on a side communicator completes within 3 s) each exits
+/// with the code at once (no collective is pending, and MPI_Abort's banner
+/// would bury the messages); otherwise the job is aborted (MPI_Abort), so a
+/// rank waiting in a collective cannot hang it.
 
 #include <functional>
 
