@@ -321,6 +321,11 @@ const std::vector<KeySpec>& key_table() {
               "(model FLOP/s per device / peak; 0: plan.device's peak at train.precision, else a CUDA build's "
               "detected device if it is in the table, else no MFU)",
               at_least(0.0)),
+      WLB_KEY(int, log, detail_every,
+              "steps between the detail lines under the step line (compute min/mean/max, imbalance, exposed "
+              "communication, tokens, memory in MiB): printed with the first and the last step line and a step line "
+              "at least this many steps after the previous detail line (0: never)",
+              at_least(0)),
       WLB_KEY(std::int64_t, log, trace_step,
               "record start/end of every pipeline action of this step (1-based, as the step line counts) in the "
               "timing log's /trace (0: off)",

@@ -171,7 +171,11 @@ struct LogConfig {
   std::string timing_file = "timing.h5";  ///< per-step, per-rank HDF5 table ("" : off)
   std::string csv_file;                   ///< optional CSV copy of the timing table
   std::string level = "info";             ///< trace | debug | info | warn | error
-  double peak_tflops = 0;                 ///< peak TFLOP/s of one device (rank), for the MFU column (0: no MFU)
+  double peak_tflops = 0;                 ///< peak TFLOP/s of one device (rank), for MFU (0: plan.device's, core::mfu_peak)
+  /// The step line's second line (balance and communication figures,
+  /// train/report.hpp): after the first and last step lines and at least
+  /// every detail_every steps (0: never).
+  int detail_every = 10;
   std::int64_t trace_step = 0;            ///< record per-action pipeline timings of this step (1-based; 0: off)
   /// Chrome trace-event JSON of the traced step (io/chrome_trace.hpp):
   /// "auto" = timing_file with .trace.json for its extension (none without
