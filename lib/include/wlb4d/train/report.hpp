@@ -98,7 +98,7 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 ///   train/loss, train/lr, train/grad_norm; train/tokens_per_s (the whole
 ///   job's: the step's tokens / its wall time, evaluation and checkpoint
 ///   apart); train/mfu (a fraction, as the timing log's mfu; only with
-///   log.peak_tflops); val/loss (evaluated steps only);
+///   a known peak, core::mfu_peak); val/loss (evaluated steps only);
 ///   mem/peak_rss_mib; balance/imbalance_attn, balance/imbalance_lat,
 ///   balance/imbalance_cpu (the step line's "imbalance attn/lat/cpu"), and
 ///   with disaggregated attention balance/core_attn_before,
