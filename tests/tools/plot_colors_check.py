@@ -20,7 +20,8 @@ spec.loader.exec_module(pt)
 figs = []
 pt.plt.close = lambda fig=None: figs.append(fig)
 pt.main([timing, "-o", out])
-assert figs and figs[0] is not None, "no figure"
+figs = [f for f in figs if hasattr(f, "axes")]  # plt.close("all") and the like pass no figure
+assert figs, "no figure"
 rgb = lambda c: tuple(round(x, 3) for x in mc.to_rgb(c))
 action = {k: rgb(v) for k, v in pt.ACTION_COLORS.items()}
 want = {"forward": action["F"], "backward": action["B"], "p2p_wait": action["msg"],
