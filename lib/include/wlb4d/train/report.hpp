@@ -5,7 +5,7 @@
 /// computes; this file formats (DESIGN §2, step 7 "records").
 ///
 /// The step line (one per train.print_every steps, and the first, the last
-/// and every evaluated step; about 165 characters; docs/step-line.md):
+/// and every evaluated step; 160-175 characters; docs/step-line.md):
 ///   [2026-12-05 12:34:56] step    10/12 | loss 5.1234 lr 3.00e-04 gnorm 1.234
 ///   | samples 1.2k skipped 0 | 2345 tok/s/dev 0.0123 TFLOP/s/dev MFU 12.3% |
 ///   mem 3.2% | step 123 ms
