@@ -137,9 +137,12 @@ int main(int argc, char** argv) {
       std::printf("%s", wlb::plan::format_search(rep, top).c_str());
       if (!write_deck.empty()) {
         std::ofstream out(write_deck);
-        out << wlb::plan::search_deck(rep.ranked.front(), fs::absolute(path).lexically_normal().string());
+        // The best at the deck's global batch (the deck's own row always is).
+        const auto* best = wlb::plan::best_at_deck_batch(rep);
+        if (!best) best = &rep.ranked.front();
+        out << wlb::plan::search_deck(*best, fs::absolute(path).lexically_normal().string());
         if (!out) throw DataError("cannot write --write-deck file '" + write_deck + "'");
-        std::printf("wrote %s (%s)\n", write_deck.c_str(), rep.ranked.front().label().c_str());
+        std::printf("wrote %s (%s)\n", write_deck.c_str(), best->label().c_str());
       }
       return 0;
     }

@@ -69,7 +69,7 @@ echo "== summary (steady state: last step line of each run)"
 for f in "$OUT"/gpu*.log; do
   line=$(grep -E 'step +[0-9]+/' "$f" | tail -1)
   tok=$(sed -E 's/.*\| ([0-9.]+) tok\/s\/dev.*/\1/' <<<"$line")
-  gf=$(sed -E 's/.*\| ([0-9.]+) GFLOP\/s\/dev.*/\1/' <<<"$line")
+  tfl=$(sed -E 's/.* ([0-9.e+-]+) TFLOP\/s\/dev.*/\1/' <<<"$line")
   printf '%-10s %10s tokens/s/GPU %10.2f TFLOP/s/GPU (model FLOP, model::model_flops)\n' \
-    "$(basename "$f" .log)" "$tok" "$(awk -v g="$gf" 'BEGIN{print g/1000}')"
+    "$(basename "$f" .log)" "$tok" "$(awk -v g="$tfl" 'BEGIN{print g + 0}')"
 done

@@ -192,6 +192,24 @@ def bubble_share(rows, kinds):
     return float(np.mean(shares)) if shares else 0.0
 
 
+# One colour per pipeline action kind, in every panel: the timeline's F, B, W
+# and send/recv bars, and the step-time categories that time them (t_forward,
+# t_backward = B + W, t_p2p_wait). No other series uses these colours.
+ACTION_COLORS = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green", "msg": "0.55"}
+CATEGORY_COLORS = {"t_forward": ACTION_COLORS["F"], "t_backward": ACTION_COLORS["B"],
+                   "t_p2p_wait": ACTION_COLORS["msg"],
+                   # the step's other parts, and what runs apart from it (panel 2 uses the same)
+                   "t_plan": "tab:pink", "t_data": "tab:olive", "t_tp_comm": "tab:cyan", "t_cp_comm": "tab:purple",
+                   "t_dp_reduce": "tab:brown", "t_optimizer": "gold", "other": "0.85",
+                   "t_eval": "darkviolet", "t_checkpoint": "tab:red", "t_sample": "teal"}
+SPARE_COLORS = ["navy", "maroon", "darkgreen", "salmon", "khaki", "slategray"]
+
+
+def category_color(name, k=0):
+    """The colour of a step-time category (an unknown one: a spare colour by its index)."""
+    return CATEGORY_COLORS.get(name, SPARE_COLORS[k % len(SPARE_COLORS)])
+
+
 def legend_beside(a):
     a.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, borderaxespad=0)
 
@@ -202,7 +220,7 @@ def plot_timeline(a, step, rows, kinds):
                transform=a.transAxes)
         a.set_axis_off()
         return
-    colors = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
+    colors = {k: v for k, v in ACTION_COLORS.items() if k != "msg"}
     seen = set()
     t_min = rows["t0"].min()
     for x in rows:
@@ -218,7 +236,7 @@ def plot_timeline(a, step, rows, kinds):
         else:
             lab = "send/recv" if "msg" not in seen else None
             seen.add("msg")
-            a.broken_barh([(ms0, ms)], (y - 0.08, 0.16), facecolor="0.55", label=lab)
+            a.broken_barh([(ms0, ms)], (y - 0.08, 0.16), facecolor=ACTION_COLORS["msg"], label=lab)
     ranks = np.unique(rows["rank"])
     stage = {int(x["rank"]): int(x["stage"]) for x in rows}
     a.set_yticks(ranks)
@@ -239,11 +257,11 @@ def plot(rows, s, out, title, trace_step, trace_rows, kinds):
     # 1. Loss over tokens (cumulative tokens at the end of each step).
     tok = np.cumsum(s["tokens"])
     loss = rows["loss"][s["first"]]
-    ax[0].plot(tok, loss, label="train", color="tab:blue")
+    ax[0].plot(tok, loss, label="train", color="black")
     val = rows["val_loss"][s["first"]]
     has_val = val >= 0
     if has_val.any():
-        ax[0].plot(tok[has_val], val[has_val], "o-", label="validation", color="tab:orange")
+        ax[0].plot(tok[has_val], val[has_val], "o-", label="validation", color=CATEGORY_COLORS["t_eval"])
     ax[0].set_xlabel("tokens")
     ax[0].set_ylabel("loss (nats/token)")
     ax[0].set_title("loss")
@@ -251,8 +269,9 @@ def plot(rows, s, out, title, trace_step, trace_rows, kinds):
     ax[0].grid(alpha=0.3)
     # 2. Step time over steps (max over ranks); evaluation and checkpoint apart.
     st_steps = s["steps"] + 1
-    ax[1].plot(st_steps, s["step_time"] * 1e3, ".-", color="tab:blue", label="step (t_total)")
-    for col, mk, colr in (("t_eval", "v", "tab:orange"), ("t_checkpoint", "s", "tab:red"), ("t_sample", "^", "tab:green")):
+    ax[1].plot(st_steps, s["step_time"] * 1e3, ".-", color="black", label="step (t_total)")
+    for col, mk in (("t_eval", "v"), ("t_checkpoint", "s"), ("t_sample", "^")):
+        colr = CATEGORY_COLORS[col]
         if col in rows.dtype.names:
             v = np.array([rows[col][rows["step"] == st].max() for st in s["steps"]])
             if v.any():
@@ -268,7 +287,6 @@ def plot(rows, s, out, title, trace_step, trace_rows, kinds):
     # 3. Mean step-time breakdown per rank, stacked.
     ranks = s["ranks"]
     bottom = np.zeros(len(ranks))
-    cmap = plt.get_cmap("tab20")
     for k, c in enumerate(s["cats"] + ["other"] + s["extra"]):
         if c == "other":
             summed = sum(rows[x] for x in s["cats"])
@@ -277,7 +295,7 @@ def plot(rows, s, out, title, trace_step, trace_rows, kinds):
             vals = np.array([rows[c][rows["rank"] == r].mean() for r in ranks])
         if not vals.any():
             continue
-        ax[1].bar(ranks, vals, bottom=bottom, label=c[2:] if c != "other" else c, color=cmap(k % 20))
+        ax[1].bar(ranks, vals, bottom=bottom, label=c[2:] if c != "other" else c, color=category_color(c, k))
         bottom += vals
     ax[1].set_xlabel("rank")
     ax[1].set_ylabel("mean seconds per step")
@@ -285,8 +303,9 @@ def plot(rows, s, out, title, trace_step, trace_rows, kinds):
     ax[1].set_xticks(ranks)
     legend_beside(ax[1])
     # 4. Imbalance over steps: the planner's (cost model) next to the measured one.
-    for col in ("attn_imbalance", "latency_imbalance", "cp_imbalance"):
-        ax[2].plot(s["steps"] + 1, rows[col][s["first"]], label="planner " + col.replace("_imbalance", ""))
+    for col, colr in (("attn_imbalance", "tab:purple"), ("latency_imbalance", "tab:brown"),
+                      ("cp_imbalance", "tab:pink")):  # not the action kinds' colours
+        ax[2].plot(s["steps"] + 1, rows[col][s["first"]], color=colr, label="planner " + col.replace("_imbalance", ""))
     if "compute_cpu" in rows.dtype.names:
         meas = []
         for st in s["steps"]:

@@ -145,11 +145,12 @@ if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
     fi
     line=$(grep -E 'step +[0-9]+/' "$log" | tail -1)
     tok=$(sed -nE 's/.*\| ([0-9.]+) tok\/s\/dev.*/\1/p' <<<"$line")
-    gf=$(sed -nE 's/.*\| ([0-9.]+) GFLOP\/s\/dev.*/\1/p' <<<"$line")
-    mem=$(sed -nE 's/.*\| mem ([0-9]+) MiB.*/\1/p' <<<"$line")
+    tfl=$(sed -nE 's/.* ([0-9.e+-]+) TFLOP\/s\/dev.*/\1/p' <<<"$line")
+    detail=$(grep -E 'detail +[0-9]+/' "$log" | tail -1)  # memory in MiB is on the detail line
+    mem=$(sed -nE 's/.*\| mem ([0-9]+) MiB.*/\1/p' <<<"$detail")
     ms=$(sed -nE 's/.*\| step ([0-9]+) ms.*/\1/p' <<<"$line")
-    read -r row <<<"$(awk -v d="$deck" -v pr="$prec" -v t="$tok" -v g="$gf" -v m="$mem" -v s="$ms" -v pk="$peaks" 'BEGIN{
-      split(pk, p, " "); tf = g / 1000;
+    read -r row <<<"$(awk -v d="$deck" -v pr="$prec" -v t="$tok" -v g="$tfl" -v m="$mem" -v s="$ms" -v pk="$peaks" 'BEGIN{
+      split(pk, p, " "); tf = g + 0;
       printf "%s,%s,4,%s,%.3f,%.2f%%,%.2f%%,%.2f%%,%s,%s", d, pr, t, tf, 100*tf/p[1], 100*tf/p[2], 100*tf/p[3], m, s }')"
     echo "$row" >>"$csv"
     IFS=, read -r d pr _ t tf m1 m2 m3 mm sm <<<"$row"

@@ -89,6 +89,16 @@ expect "train-gpu: srun --gpu-bind=none, bind-gpu.sh, comm.backend=nccl" 0 \
   'launch: srun --mpi=pmi2 --ntasks=8 --kill-on-bad-exit=1 --cpu-bind=cores --gpu-bind=none .*/lib/bind-gpu.sh .*quickstart.ini .*--comm.backend=nccl' -- \
   run SLURM_NTASKS=8 SLURM_NNODES=2 SLURM_NTASKS_PER_NODE=4 SLURM_GPUS_PER_NODE=4 RUN_DIR="$T/gpu" \
   bash slurm/train-gpu.sbatch "$T/quickstart.ini" --parallel.dp=8 --train.micro_batches=8
+# The deck's plan.devices_per_node (8 by default, as inputs/cluster-h200.ini)
+# against the job's GPUs per node: a warning when they differ, none when equal.
+expect "train-gpu: warns when plan.devices_per_node differs from the job's GPUs per node" 0 \
+  "warning: the deck's plan.devices_per_node=8 but this job has 4 GPUs per node" -- \
+  run SLURM_NTASKS=8 SLURM_NNODES=2 SLURM_NTASKS_PER_NODE=4 SLURM_GPUS_PER_NODE=4 RUN_DIR="$T/gpu-dpn" \
+  bash slurm/train-gpu.sbatch "$T/quickstart.ini" --parallel.dp=8 --train.micro_batches=8
+expect "train-gpu: no warning when they agree" 0 '' -- bash -c "! env -u SLURM_JOB_ID -u SLURM_NTASKS DRY_RUN=1 \
+  WLB4D_BIN=$BIN SLURM_NTASKS=8 SLURM_NNODES=1 SLURM_NTASKS_PER_NODE=8 SLURM_GPUS_PER_NODE=h200:8 \
+  RUN_DIR=$T/gpu-dpn8 bash slurm/train-gpu.sbatch $T/quickstart.ini --parallel.dp=8 --train.micro_batches=8 2>&1 |
+  grep -q 'plan.devices_per_node'"
 expect "bind-gpu.sh: KOKKOS_DEVICE_ID = SLURM_LOCALID" 0 '^3$' -- \
   env -u MPI_LOCALRANKID SLURM_LOCALID=3 SLURM_GPUS_ON_NODE=4 slurm/lib/bind-gpu.sh bash -c 'echo $KOKKOS_DEVICE_ID'
 expect "bind-gpu.sh: mpiexec's MPI_LOCALRANKID wins over SLURM_LOCALID, modulo GPUs" 0 '^1$' -- \

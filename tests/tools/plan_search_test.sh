@@ -4,7 +4,8 @@
 # runs `WLB4D_PLAN DECK --search --top 5 --write-deck OUTDIR/search-best.ini`,
 # checks the table (5 ranked rows, the deck's row, >= 1000 candidates
 # enumerated, the search under 30 s) and that the written deck passes
-# `WLB4D DECK --check --check-ranks RANKS` with the rank-1 row's layout.
+# `WLB4D DECK --check --check-ranks RANKS` with the layout of the best row at
+# the deck's global batch (the first ranked row not marked "global batch").
 set -eu
 plan=$1 wlb4d=$2 deck=$3 ranks=$4 out=$5
 shift 5
@@ -23,8 +24,8 @@ rows=$(grep -cE '^ +[1-5] +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$out/search.txt" ||
 [ "$rows" -ge 5 ] || fail "$rows ranked rows in the top 5 (want 5)"
 grep -q '<- deck' "$out/search.txt" || fail "the deck's own layout is not in the table"
 [ -f "$best" ] || fail "no deck written"
-# The rank-1 row's layout is the written deck's.
-set -- $(grep -E '^ +1 ' "$out/search.txt" | head -1)
+# The best row at the deck's global batch is the written deck.
+set -- $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$out/search.txt" | grep -v 'global batch' | head -1)
 for kv in "dp = $2" "pp = $3" "cp = $4" "tp = $5" "schedule = $6" "virtual_stages = $7" "micro_batches = $8" \
           "recompute = $9"; do
   grep -qx "$kv" "$best" || fail "written deck lacks '$kv'"

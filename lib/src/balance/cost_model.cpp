@@ -2,6 +2,7 @@
 #include "wlb4d/balance/cost_model.hpp"
 
 #include "wlb4d/balance/sharding.hpp"
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 
 #include <fmt/format.h>
@@ -64,8 +65,7 @@ bool CostModel::uses_deck_coefficients(const core::BalanceConfig& bc) {
 }
 
 double CostModel::gemm_flops_per_s(const core::Config& cfg) {
-  return cfg.train.precision == "bf16" && cfg.plan.flops_per_s_bf16 > 0 ? cfg.plan.flops_per_s_bf16
-                                                                          : cfg.plan.flops_per_s;
+  return core::gemm_flops(cfg);
 }
 
 CostModel CostModel::from_config(const core::Config& cfg) {

@@ -1,6 +1,7 @@
 // Input deck: Boost.Program_options INI parsing into typed Config structs.
 #include "wlb4d/core/config.hpp"
 
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 
 #include <boost/program_options.hpp>
@@ -317,8 +318,14 @@ const std::vector<KeySpec>& key_table() {
               one_of({"trace", "debug", "info", "warn", "error"})),
       WLB_KEY(double, log, peak_tflops,
               "peak of one device (rank) in TFLOP/s for the step line's and the timing log's MFU "
-              "(model FLOP/s per device / peak; 0: no MFU)",
+              "(model FLOP/s per device / peak; 0: plan.device's peak at train.precision, else a CUDA build's "
+              "detected device if it is in the table, else no MFU)",
               at_least(0.0)),
+      WLB_KEY(int, log, detail_every,
+              "steps between the detail lines under the step line (compute min/mean/max, imbalance, exposed "
+              "communication, tokens, memory in MiB): printed with the first and the last step line and a step line "
+              "at least this many steps after the previous detail line (0: never)",
+              at_least(0)),
       WLB_KEY(std::int64_t, log, trace_step,
               "record start/end of every pipeline action of this step (1-based, as the step line counts) in the "
               "timing log's /trace (0: off)",
@@ -366,15 +373,30 @@ const std::vector<KeySpec>& key_table() {
       WLB_KEY(double, plan, beta_s_per_byte,
               "wlb4d-plan: seconds per byte of the alpha-beta model (s/byte; --search: the inter-node link)",
               at_least(0.0)),
+      WLB_KEY(std::string, plan, device,
+              "the device of one rank, from the device table (core/device_table.hpp; datasheet peaks and memory): "
+              "its peak at train.precision is the MFU peak of wlb4d and wlb4d-plan, x plan.gemm_efficiency the "
+              "planner's GEMM rate, its memory the budget, unless log.peak_tflops, plan.flops_per_s(_bf16) or "
+              "plan.device_memory_gib are given (empty: none)",
+              [](const std::string& v) {
+                return v.empty() || find_device(v) ? std::string()
+                                                   : "must be empty or one of " + device_keys();
+              }),
+      WLB_KEY(double, plan, gemm_efficiency,
+              "sustained GEMM rate / plan.device's dense peak at the precision trained (dimensionless, in (0, 1]): "
+              "the GEMM rate when plan.flops_per_s(_bf16) is not given",
+              [](const double& v) {
+                return v > 0 && v <= 1 ? std::string() : std::string("must be in (0, 1]");
+              }),
       WLB_KEY(double, plan, flops_per_s,
-              "wlb4d-plan: sustained fp32 GEMM throughput per device (FLOP/s; under train.precision=bf16 "
-              "plan.flops_per_s_bf16 when set); also the rate of wlb4d's FLOP-count cost model (balance.calibrate="
-              "false without cost_a/cost_b)",
-              positive()),
+              "sustained fp32 GEMM throughput per device (FLOP/s; 0: plan.device's fp32 peak x "
+              "plan.gemm_efficiency, else 4e14); the rate of wlb4d-plan and of wlb4d's FLOP-count cost model "
+              "(balance.calibrate=false without cost_a/cost_b) under train.precision=fp32",
+              at_least(0.0)),
       WLB_KEY(double, plan, device_memory_gib,
-              "memory per device (GiB): wlb4d-plan marks layouts whose predicted peak per rank exceeds it; a "
-              "device (CUDA) build of wlb4d refuses to start above it",
-              positive()),
+              "memory per device (GiB; 0: plan.device's, else 80): wlb4d-plan marks layouts whose predicted peak "
+              "per rank exceeds it; a device (CUDA) build of wlb4d refuses to start above it",
+              at_least(0.0)),
       WLB_KEY(int, plan, nodes,
               "wlb4d-plan --search: nodes of the cluster (count; 0: as many as dp*pp*cp*tp needs); "
               "nodes*devices_per_node must be >= dp*pp*cp*tp",
@@ -384,8 +406,8 @@ const std::vector<KeySpec>& key_table() {
               "a node use the intra-node link",
               at_least(1)),
       WLB_KEY(double, plan, flops_per_s_bf16,
-              "wlb4d-plan: sustained bf16 GEMM throughput per device (FLOP/s; 0: plan.flops_per_s); the cost model's "
-              "rate when train.precision=bf16",
+              "sustained bf16 GEMM throughput per device (FLOP/s; 0: plan.device's bf16 peak x "
+              "plan.gemm_efficiency, else the fp32 rate); the rate under train.precision=bf16",
               at_least(0.0)),
       WLB_KEY(double, plan, attention_efficiency,
               "wlb4d-plan and wlb4d's FLOP-count cost model: attention kernel FLOP rate / GEMM rate "

@@ -113,6 +113,20 @@ std::int64_t available_host_bytes() {
   return -1;
 }
 
+std::int64_t total_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t value = 0;
+  std::string unit;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "MemTotal:") return value * 1024;  // kB
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return std::int64_t(pages) * std::int64_t(page);
+  return -1;
+}
+
 std::string format_bytes(double b) {
   const double a = b < 0 ? -b : b;
   if (a >= 1024.0 * 1024 * 1024 * 1024) return fmt::format("{:.2f} TiB", b / (1024.0 * 1024 * 1024 * 1024));

@@ -4,6 +4,7 @@
 // pipeline/executor.cpp (change them together).
 #include "wlb4d/pipeline/memory_model.hpp"
 
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/memory.hpp"
 #include "wlb4d/core/types.hpp"
@@ -272,12 +273,16 @@ HostPlacement check_memory_fits(const core::Config& cfg, const grid::ProcessGrid
     const double avail = double(core::available_host_bytes());
     have = node->allreduce_value(avail, comm::ReduceOp::Min);
     where = fmt::format("MemAvailable of host {} (/proc/meminfo), shared by its {} ranks", name, node->size());
+    where_ranks.host_ranks = node->size();
     where_ranks.one_host =
         grid.world().allreduce_value(node->size() == grid.world_size() ? 1 : 0, comm::ReduceOp::Min) == 1;
     if (avail < 0) return where_ranks;  // unknown: no bound
   } else {
-    have = cfg.plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
-    where = fmt::format("plan.device_memory_gib={} of device memory per rank", cfg.plan.device_memory_gib);
+    const double gib = core::device_memory_gib(cfg);
+    have = gib * 1024.0 * 1024.0 * 1024.0;
+    where = cfg.plan.device_memory_gib > 0 || cfg.plan.device.empty()
+                ? fmt::format("plan.device_memory_gib={:.4g} of device memory per rank", gib)
+                : fmt::format("{:.4g} GiB of device memory per rank, plan.device={}", gib, cfg.plan.device);
   }
   const int over = grid.world().allreduce_value(need > have ? 1 : 0, comm::ReduceOp::Max);
   if (over == 0) return where_ranks;

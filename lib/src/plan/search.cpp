@@ -3,6 +3,7 @@
 
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/balance/packer.hpp"
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/model/transformer.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
@@ -58,7 +59,7 @@ struct ScheduleChoice {
 constexpr ScheduleChoice kSchedules[] = {{"1f1b", 1},        {"gpipe", 1}, {"zb1", 1}, {"interleaved", 2},
                                          {"interleaved", 4}, {"bfs", 2},   {"bfs", 4}};
 
-double budget_bytes(const core::Config& c) { return c.plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0; }
+double budget_bytes(const core::Config& c) { return core::device_memory_gib(c) * 1024.0 * 1024.0 * 1024.0; }
 
 double peak_bytes(const core::Config& c) {
   double peak = 0;
@@ -136,12 +137,12 @@ class Evaluator {
       tokens += double(plan.tokens);
       flops += model::model_flops(c.model, vocab, plan.tokens, pairs);
     }
-    const double peak = c.log.peak_tflops > 0 ? c.log.peak_tflops * 1e12 : plan_gemm_flops(c);
+    const double peak = plan_peak_flops(c);  // 0: no peak known, no MFU
     out.steps = steps;
     out.step_time_s = time / steps;
     out.tokens_per_step = tokens / steps;
     out.tokens_per_s = time > 0 ? tokens / time : 0;
-    out.mfu = time > 0 ? flops / (time * c.parallel.world() * peak) : 0;
+    out.mfu = time > 0 && peak > 0 ? flops / (time * c.parallel.world() * peak) : -1;
     out.bubble = bubble / steps;
     out.tp_share = time > 0 ? tp / time : 0;
     out.cp_share = time > 0 ? cp / time : 0;
@@ -307,19 +308,27 @@ std::string format_search(const SearchReport& rep, int top) {
       "the coarse pass, {} refined over plan.steps steps; {:.2f} s\n",
       rep.world, rep.nodes, n.enumerated, n.rejected, n.off_node, n.symmetric, n.over_memory, n.dominated, n.coarse,
       n.refined, n.seconds);
+  out += device_line(rep.deck.cfg);
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  out += fmt::format("{:>4} {:>3} {:>3} {:>3} {:>3} {:<11} {:>1} {:>4} {:<9} {:>4} {:>3} {:>10} {:>10} {:>6} {:>8} "
-                     "{:>6} {:>5} {:>5} {:>5} {:>5}\n",
+  const int deck_m = rep.deck.cfg.train.micro_batches;
+  out += fmt::format("{:>4} {:>3} {:>3} {:>3} {:>3} {:<11} {:>1} {:>4} {:<9} {:>4} {:>3} {:>10} {:>8} {:>10} {:>6} "
+                     "{:>8} {:>6} {:>5} {:>5} {:>5} {:>5}\n",
                      "rank", "dp", "pp", "cp", "tp", "schedule", "v", "m", "recompute", "zero", "sp", "step_s",
-                     "tok/s", "MFU", "mem_GiB", "bubble", "TP", "CP", "PP", "DP");
+                     "tok/st", "tok/s", "MFU", "mem_GiB", "bubble", "TP", "CP", "PP", "DP");
   auto row = [&](int rank, const SearchCandidate& s) {
     const auto& p = s.cfg.parallel;
-    return fmt::format("{:>4} {:>3} {:>3} {:>3} {:>3} {:<11} {:>1} {:>4} {:<9} {:>4} {:>3} {:>10.4f} {:>10.4g} {:>6.3f} "
-                       "{:>8.3f} {:>6.3f} {:>5.3f} {:>5.3f} {:>5.3f} {:>5.3f}{}{}\n",
-                       rank, p.dp, p.pp, p.cp, p.tp, p.schedule, p.virtual_stages, s.cfg.train.micro_batches,
-                       s.cfg.model.recompute, p.zero, p.sequence_parallel ? "on" : "off", s.step_time_s,
-                       s.tokens_per_s, s.mfu, s.peak_bytes / gib, s.bubble, s.tp_share, s.cp_share, s.pp_share,
-                       s.dp_share, s.is_deck ? "  <- deck" : "", s.fits ? "" : " (> device)");
+    const int m = s.cfg.train.micro_batches;
+    return fmt::format("{:>4} {:>3} {:>3} {:>3} {:>3} {:<11} {:>1} {:>4} {:<9} {:>4} {:>3} {:>10.4f} {:>8} "
+                       "{:>10.4g} {:>6} {:>8.3f} {:>6.3f} {:>5.3f} {:>5.3f} {:>5.3f} {:>5.3f}{}{}{}\n",
+                       rank, p.dp, p.pp, p.cp, p.tp, p.schedule, p.virtual_stages, m, s.cfg.model.recompute, p.zero,
+                       p.sequence_parallel ? "on" : "off", s.step_time_s,
+                       s.tokens_per_step >= 1e4 ? fmt::format("{:.0f}K", s.tokens_per_step / 1024.0)
+                                                : fmt::format("{:.0f}", s.tokens_per_step),
+                       s.tokens_per_s,
+                       s.mfu >= 0 ? fmt::format("{:.3f}", s.mfu) : std::string("-"), s.peak_bytes / gib, s.bubble,
+                       s.tp_share, s.cp_share, s.pp_share, s.dp_share, s.is_deck ? "  <- deck" : "",
+                       s.fits ? "" : " (> device)",
+                       m != deck_m ? fmt::format(" (global batch {:g}x the deck's)", double(m) / deck_m) : "");
   };
   int deck_rank = 0;
   for (std::size_t i = 0; i < rep.ranked.size(); ++i) {
@@ -327,13 +336,29 @@ std::string format_search(const SearchReport& rep, int top) {
     if (rep.ranked[i].is_deck) deck_rank = static_cast<int>(i) + 1;
   }
   if (deck_rank > top) out += row(deck_rank, rep.ranked[static_cast<std::size_t>(deck_rank) - 1]);
-  if (!rep.ranked.empty() && rep.deck.step_time_s > 0)
-    out += fmt::format("best vs deck: {:.3f}x tokens/s ({})\n", rep.ranked.front().tokens_per_s / rep.deck.tokens_per_s,
-                       rep.ranked.front().label());
-  out += "step_s: mean simulated step time; MFU: model FLOP/s per device / peak (log.peak_tflops, else\n"
-         "plan.flops_per_s, or plan.flops_per_s_bf16 under train.precision=bf16); mem_GiB: predicted peak per rank; bubble: pipeline idle share; TP/CP/PP/DP: share of\n"
-         "the step time a rank spends in TP collectives, CP K/V gathers, PP p2p and the gradient reduction.\n";
+  if (!rep.ranked.empty() && rep.deck.step_time_s > 0) {
+    const SearchCandidate* same = best_at_deck_batch(rep);
+    if (same)
+      out += fmt::format("best vs deck at the deck's global batch (m={}): {:.3f}x tokens/s ({})\n", deck_m,
+                         same->tokens_per_s / rep.deck.tokens_per_s, same->label());
+    if (rep.ranked.front().cfg.train.micro_batches != deck_m)
+      out += fmt::format("best overall changes the global batch to m={} ({:g}x the deck's tokens per step, a "
+                         "different optimisation problem): {:.3f}x tokens/s ({})\n",
+                         rep.ranked.front().cfg.train.micro_batches,
+                         double(rep.ranked.front().cfg.train.micro_batches) / deck_m, rep.ranked.front().tokens_per_s / rep.deck.tokens_per_s, rep.ranked.front().label());
+  }
+  out += "step_s: mean simulated step time; tok/st: mean tokens per step (the global batch: train.micro_batches x\n"
+         "the context window; rows with another m than the deck's say so); MFU: model FLOP/s per device / peak\n"
+         "(log.peak_tflops, else plan.device's peak at train.precision; '-': no peak known); mem_GiB: predicted peak\n"
+         "per rank; bubble: pipeline idle share; TP/CP/PP/DP: share of the step time a rank spends in TP\n"
+         "collectives, CP K/V gathers, PP p2p and the gradient reduction.\n";
   return out;
+}
+
+const SearchCandidate* best_at_deck_batch(const SearchReport& rep) {
+  for (const auto& s : rep.ranked)
+    if (s.cfg.train.micro_batches == rep.deck.cfg.train.micro_batches) return &s;
+  return nullptr;
 }
 
 std::string search_deck(const SearchCandidate& best, const std::string& lengths_path) {
@@ -342,9 +367,10 @@ std::string search_deck(const SearchCandidate& best, const std::string& lengths_
   return fmt::format(
       "# Written by wlb4d-plan --search: the best of the searched layouts.\n"
       "# {}\n"
-      "# predicted: {:.4f} s per step, {:.4g} tokens/s, MFU {:.3f}, peak {:.2f} GiB per rank\n"
+      "# predicted: {:.4f} s per step, {:.4g} tokens/s, MFU {}, peak {:.2f} GiB per rank\n"
       "# (over {} simulated steps). Every key is written (core::to_ini).\n\n{}",
-      best.label(), best.step_time_s, best.tokens_per_s, best.mfu, best.peak_bytes / (1024.0 * 1024.0 * 1024.0),
+      best.label(), best.step_time_s, best.tokens_per_s,
+      best.mfu >= 0 ? fmt::format("{:.3f}", best.mfu) : std::string("- (no peak known)"), best.peak_bytes / (1024.0 * 1024.0 * 1024.0),
       best.steps, core::to_ini(c));
 }
 

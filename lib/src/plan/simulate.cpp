@@ -5,6 +5,7 @@
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/balance/sharding.hpp"
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/memory.hpp"
 
@@ -37,6 +38,35 @@ double ring_allgather(double alpha, double beta, int g, double bytes_per_rank) {
 }  // namespace
 
 double plan_gemm_flops(const core::Config& cfg) { return CostModel::gemm_flops_per_s(cfg); }
+
+double plan_peak_flops(const core::Config& cfg) {
+  return cfg.log.peak_tflops > 0 ? cfg.log.peak_tflops * 1e12 : core::device_peak_flops(cfg);
+}
+
+std::string device_line(const core::Config& cfg) {
+  const auto& p = cfg.plan;
+  const std::string& prec = cfg.train.precision;
+  const core::DeviceSpec* dev = core::find_device(p.device);
+  const bool rate_given = prec == "bf16" ? (p.flops_per_s_bf16 > 0 || (!dev && p.flops_per_s > 0)) : p.flops_per_s > 0;
+  const std::string rate_src =
+      rate_given ? (prec == "bf16" && p.flops_per_s_bf16 > 0 ? "plan.flops_per_s_bf16" : "plan.flops_per_s")
+      : dev      ? fmt::format("{} peak x plan.gemm_efficiency {}", prec, p.gemm_efficiency)
+                 : fmt::format("assumed: no plan.device, no plan.flops_per_s");
+  const std::string mem_src = p.device_memory_gib > 0 ? "plan.device_memory_gib"
+                              : dev ? fmt::format("{} GB", dev->memory_gb)
+                                    : "assumed: no plan.device, no plan.device_memory_gib";
+  std::string out = dev ? fmt::format("device: plan.device={} ({}), precision {}: peak {:.4g} TFLOP/s", dev->key,
+                                      dev->name, prec, dev->peak_flops(prec) * 1e-12)
+                        : fmt::format("device: none (plan.device empty), precision {}", prec);
+  out += fmt::format("; GEMM rate {:.4g} FLOP/s ({}); memory {:.4g} GiB ({})", plan_gemm_flops(cfg), rate_src,
+                     core::device_memory_gib(cfg), mem_src);
+  const double peak = plan_peak_flops(cfg);
+  if (cfg.log.peak_tflops > 0)
+    out += fmt::format("; MFU peak {:.4g} TFLOP/s (log.peak_tflops)", cfg.log.peak_tflops);
+  else if (peak <= 0)
+    out += "; no MFU (no peak known: set plan.device or log.peak_tflops)";
+  return out + "\n";
+}
 
 // The trainer's untimed model (the planner cannot time kernels: with
 // balance.calibrate=true it plans with the FLOP profile, as the trainer does
@@ -238,7 +268,7 @@ StepTime simulate_step_time(const StepPlan& plan, const core::Config& cfg, const
 std::int64_t plan_vocab(const core::Config& cfg) { return cfg.model.vocab_size > 0 ? cfg.model.vocab_size : 32000; }
 
 std::vector<MemoryRow> memory_table(const core::Config& cfg, std::int64_t vocab) {
-  const double budget = cfg.plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
+  const double budget = core::device_memory_gib(cfg) * 1024.0 * 1024.0 * 1024.0;
   auto row = [&](const core::Config& c, const std::string& name) {
     MemoryRow r;
     r.setting = name;
@@ -406,6 +436,7 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
       cfg.model.layers, cfg.model.d_model, par.tp, par.cp, par.pp, par.dp, par.schedule, cfg.train.micro_batches,
       cfg.train.max_seq_len, cfg.balance.max_tokens > 0 ? cfg.balance.max_tokens : cfg.train.max_seq_len,
       cfg.plan.steps);
+  out += device_line(cfg);
   out += fmt::format("cost model per layer (fwd+bwd): a = {:.4g} s/token, b = {:.4g} s/token^2, c = {:.4g} s; "
                      "attention = linear at d = {:.0f} tokens\n",
                      rep.cost.a, rep.cost.b, rep.cost.c, rep.cost.breakpoint());
@@ -413,7 +444,7 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
   for (auto x : rep.thresholds) th += fmt::format("{}{}", th.empty() ? "" : " ", x);
   out += fmt::format("wlb outlier thresholds: {} (balance.outlier_thresholds = {}), max_delay {} steps\n\n",
                      th.empty() ? "none" : th, cfg.balance.outlier_thresholds, cfg.balance.max_delay);
-  const double gib = 1024.0 * 1024.0 * 1024.0, budget = cfg.plan.device_memory_gib;
+  const double gib = 1024.0 * 1024.0 * 1024.0, budget = core::device_memory_gib(cfg);
   out += fmt::format("{:<7} {:<9} {:>8} {:>8} {:>7} {:>7} {:>10} {:>8} {:>7} {:>6} {:>6} {:>9} {:>9}\n", "packer",
                      "sharding", "lat_ID", "attn_ID", "cp_ID", "bubble", "step_s", "speedup", "delay", "maxdel", "tok/st",
                      "plan_ms", "mem_GiB");
@@ -431,8 +462,8 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
                          r.ca_imbalance_before, r.ca_imbalance_after, r.ca_bytes_per_layer / (1024.0 * 1024.0));
     }
   }
-  out += fmt::format("\nmemory per rank (predicted peak, fp32, vocabulary {}{}; plan.device_memory_gib = {}):\n",
-                     rep.vocab, cfg.model.vocab_size > 0 ? "" : " assumed: model.vocab_size = 0", budget);
+  out += fmt::format("\nmemory per rank (predicted peak, {}, vocabulary {}{}; device memory {:.4g} GiB):\n",
+                     cfg.train.precision, rep.vocab, cfg.model.vocab_size > 0 ? "" : " assumed: model.vocab_size = 0", budget);
   std::string hdr;
   for (int r = 0; r < cfg.parallel.pp; ++r) hdr += fmt::format(" {:>8}", fmt::format("pp{}", r));
   out += fmt::format("{:<48}{} {:>9}  {}\n", "setting", hdr, "max_GiB", "fits");
@@ -440,13 +471,13 @@ std::string format_table(const PlanReport& rep, const core::Config& cfg) {
     std::string st;
     for (double b : m.stage_bytes) st += fmt::format(" {:>8.2f}", b / gib);
     out += fmt::format("{:<48}{} {:>9.2f}  {}\n", m.setting, st, m.peak_bytes / gib,
-                       m.fits ? "yes" : fmt::format("NO (> {} GiB)", budget));
+                       m.fits ? "yes" : fmt::format("NO (> {:.4g} GiB)", budget));
   }
   out += fmt::format("deck setting, largest stage: {}\n", rep.memory.front().terms);
   out += "\nlat_ID: max x n / total per-micro-batch latency (paper Table 2); attn_ID: max/mean sum d^2; cp_ID: CP-rank\n"
          "causal-work imbalance; bubble: pipeline idle fraction (parallel.schedule); speedup over fixed+sequence; delay: token-weighted mean\n"
          "wait (steps); tok/st: tokens per step; mem_GiB: predicted peak per rank with the deck's recompute/zero/sp\n"
-         "(max over ranks; '> device': above plan.device_memory_gib).\n";
+         "(max over ranks; '> device': above the device memory, plan.device_memory_gib or plan.device's).\n";
   return out;
 }
 

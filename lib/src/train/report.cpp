@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 
 namespace wlb::train {
 
@@ -50,6 +51,7 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all) {
     f.tp_exposed = std::max(f.tp_exposed, r.tp_exposed);
     f.tp_in_flight = std::max(f.tp_in_flight, r.tp_in_flight);
     f.rss_mib = std::max(f.rss_mib, r.rss_mib);
+    f.mem_measured_bytes = std::max(f.mem_measured_bytes, double(r.mem_measured));
     f.eval = std::max(f.eval, r.time[io::kEval]);
     f.checkpoint = std::max(f.checkpoint, r.time[io::kCheckpoint]);
     f.sample = std::max(f.sample, r.time[io::kSample]);
@@ -98,13 +100,47 @@ std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigu
   return v;
 }
 
+std::string step_timestamp(std::time_t t) {
+  std::tm local{};
+  localtime_r(&t, &local);
+  char buf[32] = {};
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+double memory_share(const StepFigures& f, const StepLineContext& ctx) {
+  if (!(ctx.mem_capacity_bytes > 0)) return -1;
+  const double used = ctx.mem_on_device ? f.mem_measured_bytes : f.rss_mib * 1024.0 * 1024.0;
+  return used / ctx.mem_capacity_bytes;
+}
+
 std::string format_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
                              const StepLineContext& ctx) {
   const StepFigures f = step_figures(all);
-  const std::string val = last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "";
+  const std::string val = last.val_loss >= 0 ? fmt::format(" val {:.4f}", last.val_loss) : "";
   const double flops_dev = w.seconds > 0 ? w.flops / w.seconds / double(ctx.devices) : 0;
   const std::string mfu =
-      ctx.peak_tflops > 0 ? fmt::format(" | MFU {:.1f}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
+      ctx.peak_tflops > 0 ? fmt::format(" MFU {:.3g}%", 100.0 * flops_dev / (ctx.peak_tflops * 1e12)) : "";
+  const double share = memory_share(f, ctx);
+  const std::string mem = share >= 0 ? fmt::format("mem {:.1f}%", 100.0 * share)
+                                     : fmt::format("mem {:.0f} MiB", ctx.mem_on_device
+                                                                         ? f.mem_measured_bytes / 1048576.0
+                                                                         : f.rss_mib);
+  const std::string extra = (f.eval > 0 ? fmt::format(" | eval {:.0f} ms", f.eval * 1e3) : std::string()) +
+                            (f.checkpoint > 0 ? fmt::format(" | ckpt {:.0f} ms", f.checkpoint * 1e3) : std::string()) +
+                            (f.sample > 0 ? fmt::format(" | sample {:.0f} ms", f.sample * 1e3) : std::string());
+  return fmt::format(
+      "[{}] step {:>5}/{} | loss {:.4f}{} lr {:.2e} gnorm {:.3f} | samples {} skipped {} | {:.0f} tok/s/dev {:.3g} "
+      "TFLOP/s/dev{} | {} | step {:.0f} ms{}",
+      ctx.timestamp.empty() ? step_timestamp(std::time(nullptr)) : ctx.timestamp, last.step + 1, ctx.total_steps,
+      last.loss, val, last.lr, last.grad_norm, human_count(double(last.samples)), last.skipped_steps,
+      w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-12, mfu, mem,
+      last.seconds * 1e3, extra);
+}
+
+std::string format_detail_line(const StepResult& last, const std::vector<io::TimingRecord>& all,
+                               const StepLineContext& ctx) {
+  const StepFigures f = step_figures(all);
   // Disaggregated attention: the plan's max/mean attention cost over ranks before -> after, traffic, wait.
   // Group imbalance of the plan (Σ over micro-batches of max / mean; the worst group over stages).
   const std::string ca = f.ca_imbalance_before > 0
@@ -112,20 +148,25 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
                                            f.ca_imbalance_before, f.ca_imbalance, f.ca_bytes / 1048576.0,
                                            f.ca_exposed * 1e3)
                              : std::string();
-  const std::string extra = (f.eval > 0 ? fmt::format(" | eval {:.0f} ms", f.eval * 1e3) : std::string()) +
-                            (f.checkpoint > 0 ? fmt::format(" | ckpt {:.0f} ms", f.checkpoint * 1e3) : std::string()) +
-                            (f.sample > 0 ? fmt::format(" | sample {:.0f} ms", f.sample * 1e3) : std::string());
+  const double used = ctx.mem_on_device ? f.mem_measured_bytes / 1048576.0 : f.rss_mib;
+  const std::string of =
+      ctx.mem_capacity_bytes > 0
+          ? fmt::format(" of {} {}", core::format_bytes(ctx.mem_capacity_bytes),
+                        ctx.mem_on_device ? "(device)" : "(host MemTotal / ranks on the host)")
+          : std::string();
   return fmt::format(
-      "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
-      " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
-      " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}"
-      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms{}",
-      last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
-      human_count(double(last.record.tokens_seen)), last.tokens,
-      w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
-      extra, f.rss_mib, hms(ctx.eta), f.compute_min * 1e3, f.compute_mean * 1e3, f.compute_max * 1e3,
-      last.record.attn_imbalance, last.record.latency_imbalance, f.cpu_imbalance, f.dp_exposed * 1e3,
-      f.dp_in_flight * 1e3, f.tp_exposed * 1e3, f.tp_in_flight * 1e3, ca);
+      "[{}] detail {:>3}/{} | elapsed {} ETA {} | tokens {} ({}/step) | mem {:.0f} MiB{} | compute min/mean/max {:.0f}/{:.0f}/{:.0f} "
+      "ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f} | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} "
+      "ms{}",
+      ctx.timestamp.empty() ? step_timestamp(std::time(nullptr)) : ctx.timestamp, last.step + 1, ctx.total_steps,
+      hms(ctx.elapsed), hms(ctx.eta), human_count(double(last.record.tokens_seen)), last.tokens, used, of, f.compute_min * 1e3,
+      f.compute_mean * 1e3, f.compute_max * 1e3, last.record.attn_imbalance, last.record.latency_imbalance,
+      f.cpu_imbalance, f.dp_exposed * 1e3, f.dp_in_flight * 1e3, f.tp_exposed * 1e3, f.tp_in_flight * 1e3, ca);
+}
+
+bool detail_due(std::int64_t step, std::int64_t last_detail_step, bool first_line, bool last_step, int every) {
+  if (every <= 0) return false;
+  return first_line || last_step || step - last_detail_step >= every;
 }
 
 

@@ -5,6 +5,7 @@
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/balance/packer.hpp"
 #include "wlb4d/core/clock.hpp"
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/memory.hpp"
@@ -183,6 +184,10 @@ struct Trainer::Impl {
   std::unique_ptr<optim::Optimizer> opt;
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;                    // training tokens consumed (checkpointed)
+  std::int64_t skipped_steps = 0;                  // steps whose update was skipped (StepResult::skipped_steps)
+  core::PeakSource peak;                           // the MFU peak and where it came from (core::mfu_peak)
+  double mem_capacity = 0;   // bytes per rank the step line's memory share divides by (0: unknown)
+  bool mem_on_device = false;  // mem_capacity is device memory (else host MemTotal / ranks on the host)
   std::unique_ptr<CheckpointState> ckpt;  // TensorRef view of values + moments
   io::CheckpointDirLock dir_lock;                  // this run owns checkpoint.dir
   double last_ckpt_time = 0;
@@ -337,6 +342,16 @@ struct Trainer::Impl {
     mem = pipeline::predict_memory(cfg, vocab, grid.pp_rank(), grid.tp_rank(), opt);
     if (grid.rank() == 0) print_memory_model(cfg, vocab, opt);
     const auto placed = pipeline::check_memory_fits(cfg, grid, mem.total());
+    // The step line's memory share: a device's memory, or this host's
+    // MemTotal shared by the ranks on it.
+    mem_on_device = !Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    if (mem_on_device) {
+      mem_capacity = core::detected_device_memory_bytes();
+      if (mem_capacity <= 0) mem_capacity = core::device_memory_gib(cfg) * 1024.0 * 1024.0 * 1024.0;
+    } else {
+      const double total = double(core::total_host_bytes());
+      mem_capacity = total > 0 && placed.host_ranks > 0 ? total / placed.host_ranks : 0;
+    }
     if (grid.rank() == 0) {
       const std::string advice = tp_host_advice(grid.tp_size(), grid.world_size(),
                                                 placed.one_host ? grid.world_size() : 0,
@@ -527,6 +542,9 @@ struct Trainer::Impl {
     for (const auto& rep : plan.micro_batches)
       for (const auto& mb : rep) pairs += attention_pairs(mb);
     res.model_flops = model::model_flops(cfg.model, vocab, plan.tokens, pairs);
+    const auto st = stream.state();
+    res.samples = st.epoch * stream.docs_per_epoch() + st.position;
+    res.skipped_steps = skipped_steps;
     return res;
   }
 
@@ -550,9 +568,7 @@ struct Trainer::Impl {
     rec.delay_max = double(metrics.max_delay_steps);
     rec.tokens_seen = tokens_seen;
     rec.rss_mib = peak_rss_mib();
-    rec.mfu = cfg.log.peak_tflops > 0
-                  ? rec.gflops * 1e9 / double(grid.world().size()) / (cfg.log.peak_tflops * 1e12)
-                  : -1.0;
+    rec.mfu = peak.flops > 0 ? rec.gflops * 1e9 / double(grid.world().size()) / peak.flops : -1.0;
   }
 
   /// The step's communication figures: DP exposed / in flight and, with
@@ -873,7 +889,10 @@ Trainer::Trainer(const core::Config& cfg, const grid::ProcessGrid& grid)
   id.layout = fmt::format("dp={} pp={} cp={} tp={} schedule={} v={}", rr.dp, rr.pp, rr.cp, rr.tp,
                           cfg.parallel.schedule, cfg.parallel.virtual_stages);
   id.world_size = grid.world().size();
-  id.peak_tflops = cfg.log.peak_tflops;
+  I.peak = core::mfu_peak(cfg, core::detected_device_name());
+  if (grid.rank() == 0)
+    spdlog::info("MFU {}", I.peak.flops > 0 ? "against " + I.peak.source : "not reported: " + I.peak.source.substr(8));
+  id.peak_tflops = I.peak.flops * 1e-12;
   I.tlog = std::make_unique<io::TimingLog>(cfg.log.timing_file, cfg.log.csv_file, grid.world(), rr, id);
   I.identity = id;
   I.tb = io::open_tensorboard(cfg.log.tensorboard_dir, grid.world());  // this start's event file (rank 0)
@@ -993,6 +1012,8 @@ StepResult Trainer::run() {
     return last;
   }
   Throughput window;
+  std::int64_t step_lines = 0;        // step lines printed by this start
+  std::int64_t last_detail_step = 0;  // the step of the last detail line (log.detail_every)
   bool stop = false;
   I.run_start = core::wall_seconds();
   const std::int64_t first_step = I.step;
@@ -1026,11 +1047,19 @@ StepResult Trainer::run() {
       StepLineContext ctx;
       ctx.total_steps = I.cfg.train.steps;
       ctx.devices = g.world().size();
-      ctx.peak_tflops = I.cfg.log.peak_tflops;
+      ctx.peak_tflops = I.peak.flops * 1e-12;
+      ctx.mem_capacity_bytes = I.mem_capacity;
+      ctx.mem_on_device = I.mem_on_device;
+      ctx.print_count = ++step_lines;
       ctx.elapsed = elapsed;
       const double done = double(I.step - first_step);
       ctx.eta = done > 0 ? elapsed / done * double(I.cfg.train.steps - I.step) : 0;
       spdlog::info("{}", format_step_line(last, all, window, ctx));
+      const bool last_step = last.step + 1 == I.cfg.train.steps;
+      if (detail_due(last.step + 1, last_detail_step, ctx.print_count == 1, last_step, I.cfg.log.detail_every)) {
+        spdlog::info("{}", format_detail_line(last, all, ctx));
+        last_detail_step = last.step + 1;
+      }
       window = Throughput{};
     }
   }

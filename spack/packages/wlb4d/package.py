@@ -35,7 +35,7 @@ class Wlb4d(CMakePackage, CudaPackage):
     variant("bench", default=False, description="Google Benchmark kernels in bench/")
     variant("native", default=False,
             description="-march=native host kernels (WLB4D_NATIVE_ARCH; off: portable across nodes)")
-    variant("scripts", default=True,
+    variant("scripts", default=False,
             description="Python, h5py and matplotlib at run time for scripts/plot_timing.py")
 
     depends_on("c", type="build")                  # HDF5 and MPI are C libraries

@@ -1,5 +1,6 @@
 // Cost model: Eq. 2 form, CP form, FLOP profile and least-squares calibration.
 #include "wlb4d/balance/cost_model.hpp"
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/core/error.hpp"
 
@@ -81,17 +82,20 @@ TEST(CostModel, FromModelFlopProfile) {
 
 TEST(CostModel, FromConfig) {
   wlb::core::Config cfg;
-  // The default: not timed, the FLOP-count model of the deck's model and rates.
+  // The default: not timed, the FLOP-count model of the deck's model and rates
+  // (no plan.device and no plan.flops_per_s: the fallback rate).
   EXPECT_FALSE(cfg.balance.calibrate);
   EXPECT_FALSE(CostModel::uses_deck_coefficients(cfg.balance));
-  const auto flops = CostModel::from_model(cfg.model, cfg.parallel.tp, cfg.plan.flops_per_s, cfg.plan.attention_efficiency);
+  EXPECT_EQ(CostModel::gemm_flops_per_s(cfg), wlb::core::kFallbackGemmFlops);
+  const auto flops = CostModel::from_model(cfg.model, cfg.parallel.tp, wlb::core::kFallbackGemmFlops,
+                                           cfg.plan.attention_efficiency);
   auto m = CostModel::from_config(cfg);
   EXPECT_EQ(m.a, flops.a);
   EXPECT_EQ(m.b, flops.b);
   EXPECT_EQ(m.c, 0);
   // bf16 runs use the bf16 GEMM rate when the deck gives one.
   cfg.train.precision = "bf16";
-  cfg.plan.flops_per_s_bf16 = 4 * cfg.plan.flops_per_s;
+  cfg.plan.flops_per_s_bf16 = 4 * wlb::core::kFallbackGemmFlops;
   EXPECT_EQ(CostModel::gemm_flops_per_s(cfg), cfg.plan.flops_per_s_bf16);
   EXPECT_DOUBLE_EQ(CostModel::from_config(cfg).a, flops.a / 4);
   cfg.train.precision = "fp32";

@@ -4,6 +4,7 @@
 // saved constants are reused on resume).
 // Timing-based values are checked loosely (shared machines): structure exactly,
 // the fit against the measured samples (an independent computation) within 50 %.
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/train/calibrate.hpp"
 
 #include <gtest/gtest.h>
@@ -74,7 +75,7 @@ TEST(RunCostModel, DefaultIsTheFlopCountModel) {
   core::Config c = flops_deck();
   const auto r = train::untimed_cost_model(c);
   EXPECT_EQ(r.source, train::kCostFlops);
-  const auto want = balance::CostModel::from_model(c.model, 1, c.plan.flops_per_s, c.plan.attention_efficiency);
+  const auto want = balance::CostModel::from_model(c.model, 1, core::gemm_flops(c), c.plan.attention_efficiency);
   EXPECT_EQ(r.cost.a, want.a);
   EXPECT_EQ(r.cost.b, want.b);
   c.balance.cost_a = 1e-6;
@@ -88,7 +89,7 @@ TEST(RunCostModel, DegenerateCalibrationFallsBackWithAWarning) {
   core::Config c = flops_deck();
   c.balance.calibrate = true;
   c.balance.cost_a = 5e-6;  // ignored under calibrate=true, also by the fallback
-  const auto flops = balance::CostModel::from_model(c.model, 1, c.plan.flops_per_s, c.plan.attention_efficiency);
+  const auto flops = balance::CostModel::from_model(c.model, 1, core::gemm_flops(c), c.plan.attention_efficiency);
   const auto good = train::accept_calibration(c, abc(2e-7, 3e-11, 1e-5));
   EXPECT_EQ(good.source, train::kCostCalibrated);
   EXPECT_EQ(good.warning, "");

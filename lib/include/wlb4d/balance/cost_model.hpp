@@ -94,8 +94,9 @@ struct CostModel {
   /// balance.cost_a or balance.cost_b > 0.
   static bool uses_deck_coefficients(const core::BalanceConfig& bc);
 
-  /// GEMM rate of the FLOP profile (FLOP/s): plan.flops_per_s_bf16 under
-  /// train.precision=bf16 when set, else plan.flops_per_s.
+  /// GEMM rate of the FLOP profile (FLOP/s) at train.precision:
+  /// core::gemm_flops (plan.flops_per_s / flops_per_s_bf16, else plan.device's
+  /// peak x plan.gemm_efficiency, core/device_table.hpp).
   static double gemm_flops_per_s(const core::Config& cfg);
 
   /// Why a fitted (calibrated) model cannot be planned with, "" if it can:

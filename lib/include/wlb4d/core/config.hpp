@@ -171,7 +171,11 @@ struct LogConfig {
   std::string timing_file = "timing.h5";  ///< per-step, per-rank HDF5 table ("" : off)
   std::string csv_file;                   ///< optional CSV copy of the timing table
   std::string level = "info";             ///< trace | debug | info | warn | error
-  double peak_tflops = 0;                 ///< peak TFLOP/s of one device (rank), for the MFU column (0: no MFU)
+  double peak_tflops = 0;                 ///< peak TFLOP/s of one device (rank), for MFU (0: plan.device's, core::mfu_peak)
+  /// The step line's second line (balance and communication figures,
+  /// train/report.hpp): after the first and last step lines and at least
+  /// every detail_every steps (0: never).
+  int detail_every = 10;
   std::int64_t trace_step = 0;            ///< record per-action pipeline timings of this step (1-based; 0: off)
   /// Chrome trace-event JSON of the traced step (io/chrome_trace.hpp):
   /// "auto" = timing_file with .trace.json for its extension (none without
@@ -207,15 +211,24 @@ struct PlanConfig {
   std::string shardings = "sequence document adaptive";  ///< CP shardings to compare
   double alpha_s = 5e-6;         ///< α–β comm model: latency per message (seconds); inter-node link
   double beta_s_per_byte = 2e-11;  ///< α–β comm model: seconds per byte (1/bandwidth); inter-node link
-  double flops_per_s = 4e14;     ///< sustained GEMM FLOP/s per device at the trainer's precision (fp32 today)
-  double device_memory_gib = 80;  ///< memory per device (GiB, 2^30 bytes): the memory model's budget
+  /// The device (core/device_table.hpp key: a100, h100, h200, ...; "": none):
+  /// its peaks give the GEMM rates and MFU, its memory the budget, unless
+  /// the keys below are given.
+  std::string device;
+  double gemm_efficiency = 0.65;  ///< sustained GEMM rate / the device's dense peak (dimensionless)
+  /// Sustained fp32 GEMM FLOP/s per device (0: plan.device's fp32 peak x
+  /// gemm_efficiency, else core::kFallbackGemmFlops; core::gemm_flops).
+  double flops_per_s = 0;
+  /// Memory per device (GiB, 2^30 bytes), the memory model's budget (0:
+  /// plan.device's, else 80; core::device_memory_gib).
+  double device_memory_gib = 0;
   // Cluster description (DESIGN §11; wlb4d-plan --search). The search maps
   // ranks as the grid orders them (TP innermost, then CP, DP, PP) onto nodes
   // of devices_per_node devices and charges a group the intra-node link when
   // it fits one node, else the inter-node one (alpha_s, beta_s_per_byte).
   int nodes = 0;                 ///< nodes of the cluster (0: as many as the deck's world needs)
   int devices_per_node = 8;      ///< devices (ranks) per node; TP stays within a node
-  double flops_per_s_bf16 = 0;   ///< sustained bf16 GEMM FLOP/s per device (0: plan.flops_per_s)
+  double flops_per_s_bf16 = 0;   ///< sustained bf16 GEMM FLOP/s per device (0: plan.device's bf16 peak x gemm_efficiency, else the fp32 rate)
   double attention_efficiency = 0.6;  ///< attention kernel FLOP rate / GEMM rate (dimensionless)
   double intra_alpha_s = 2e-6;   ///< intra-node α: latency per message (seconds)
   double intra_beta_s_per_byte = 2.5e-12;  ///< intra-node β: seconds per byte (1/bandwidth)

@@ -55,6 +55,10 @@ std::int64_t peak_rss_bytes();
 /// sysconf(_SC_AVPHYS_PAGES)·page size; -1 if neither is known.
 std::int64_t available_host_bytes();
 
+/// MemTotal of /proc/meminfo (bytes); where it cannot be read,
+/// sysconf(_SC_PHYS_PAGES)·page size; -1 if neither is known.
+std::int64_t total_host_bytes();
+
 /// "1.23 GiB", "456.7 MiB", "12.0 KiB", "17 B" (binary prefixes).
 std::string format_bytes(double bytes);
 

@@ -94,7 +94,9 @@ struct TimingRecord {
   double elapsed = 0;         ///< wall seconds since this start of the trainer, at the end of the step (eval, checkpoint included)
   std::int64_t tokens_seen = 0;  ///< tokens trained so far, this step included (all starts together)
   double rss_mib = 0;         ///< peak resident host memory of this rank (MiB, getrusage ru_maxrss)
-  /// Model FLOP utilisation of the step: gflops·1e9 / world size / (log.peak_tflops·1e12)
+  /// Model FLOP utilisation of the step: gflops·1e9 / world size / peak, the
+  /// peak of core::mfu_peak (log.peak_tflops, else plan.device, else a CUDA
+  /// build's detected device)
   /// (PaLM's MFU, Chowdhery et al. 2022 App. B; the FLOP of model::model_flops); -1: no peak given.
   double mfu = -1;
   /// Memory of this rank (bytes): the memory model's predicted peak
@@ -145,7 +147,7 @@ struct RunIdentity {
   std::string start_time;       ///< ISO 8601 UTC of this start
   std::string layout;           ///< "dp=1 pp=2 cp=1 tp=1 schedule=1f1b v=1"
   std::int32_t world_size = 1;
-  double peak_tflops = 0;       ///< log.peak_tflops (0: none)
+  double peak_tflops = 0;       ///< the MFU peak, TFLOP/s per device (core::mfu_peak; 0: none)
 };
 
 /// One row of /restarts.

@@ -150,6 +150,7 @@ std::string format_memory(const MemoryEstimate& e);
 struct HostPlacement {
   bool one_host = false;  ///< every rank of the world on one host (host builds only)
   std::string host;       ///< this rank's host name
+  int host_ranks = 0;     ///< ranks on this rank's host (host builds only; 0: not counted)
 };
 
 /// The upper bound of DESIGN §10: `mine` (bytes, this rank's predict_memory

@@ -40,7 +40,15 @@
 /// candidate tp (the FLOP profile divides by the candidate's tp itself).
 ///
 /// MFU = model::model_flops of the simulated tokens / (step time · world ·
-/// peak), peak = log.peak_tflops when > 0, else plan.flops_per_s.
+/// peak), peak = plan_peak_flops (log.peak_tflops when > 0, else plan.device's
+/// peak at train.precision); -1 (printed "-") when no peak is known — never
+/// the sustained GEMM rate the simulation runs at.
+///
+/// Global batch: every candidate runs train.micro_batches micro-batches of
+/// the deck's window, so rows with the deck's micro-batch count train the
+/// same global batch in tokens; plan.search_micro_batches may add counts,
+/// and the table marks those rows with their batch relative to the deck's.
+/// --write-deck writes the best row at the deck's global batch.
 
 #include "wlb4d/core/config.hpp"
 
@@ -60,7 +68,7 @@ struct SearchCandidate {
   double step_time_s = 0;       ///< mean simulated step time (seconds)
   double tokens_per_step = 0;   ///< mean trained tokens per step
   double tokens_per_s = 0;      ///< Σ tokens / Σ step time
-  double mfu = 0;               ///< model FLOP/s per device / peak (see the file comment)
+  double mfu = -1;              ///< model FLOP/s per device / peak (see the file comment); -1: no peak
   double bubble = 0;            ///< pipeline idle fraction of the slowest replica (mean over steps)
   double tp_share = 0, cp_share = 0, pp_share = 0, dp_share = 0;  ///< of the step time (per rank)
   /// "dp=1 pp=4 cp=2 tp=8 1f1b v=1 m=4 recompute=full zero=1 sp=on".
@@ -99,6 +107,10 @@ SearchReport search_layouts(const core::Config& deck, const std::vector<std::int
 /// The counts line and the top `top` rows (and the deck's row if it is not
 /// among them) as a table.
 std::string format_search(const SearchReport& report, int top);
+
+/// The best ranked candidate with the deck's train.micro_batches (the
+/// deck's global batch), nullptr when none (the deck's own row always is).
+const SearchCandidate* best_at_deck_batch(const SearchReport& report);
 
 /// The candidate as a complete deck (core::to_ini, every key) with a header
 /// comment of its prediction; `lengths_path` replaces plan.lengths (an

@@ -53,9 +53,21 @@ using balance::CostModel;
 using balance::RunMetrics;
 using balance::StepPlan;
 
-/// Sustained GEMM FLOP/s per device at the deck's train.precision:
-/// plan.flops_per_s_bf16 under bf16 (when set), else plan.flops_per_s.
+/// Sustained GEMM FLOP/s per device at the deck's train.precision
+/// (core::gemm_flops: plan.flops_per_s / flops_per_s_bf16 when given, else
+/// plan.device's peak x plan.gemm_efficiency).
 double plan_gemm_flops(const core::Config& cfg);
+
+/// The peak FLOP/s per device that MFU divides by: log.peak_tflops when > 0,
+/// else plan.device's peak at train.precision (core/device_table.hpp); 0
+/// when neither is known (no MFU is printed then).
+double plan_peak_flops(const core::Config& cfg);
+
+/// One line naming the device the planner models: plan.device and its peak at
+/// train.precision, the GEMM rate and the memory budget with where each came
+/// from (a key given, the device table, or the fallback), and why there is
+/// no MFU when no peak is known. Ends with a newline.
+std::string device_line(const core::Config& cfg);
 
 /// The simulator's cost model, CostModel::from_config(cfg) as the trainer's
 /// default: the deck's balance.cost_a/b/c when given (balance.calibrate=false),

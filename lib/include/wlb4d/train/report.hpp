@@ -4,16 +4,24 @@
 /// start-up advice, the memory report and the run summary. The trainer
 /// computes; this file formats (DESIGN §2, step 7 "records").
 ///
-/// The step line (one per log.print_every steps, and the first, the last and
-/// every evaluated step): progress and elapsed time, loss (and validation
-/// loss), lr, global grad norm, tokens seen and per step, throughput since the
-/// previous line per device (tokens/s, GFLOP/s, MFU when log.peak_tflops is
-/// set), the step's own time (evaluation and checkpoint apart), peak RSS,
-/// ETA, then what no peer's log has: compute min/mean/max over ranks, the
-/// plan's attention and latency imbalance and the measured CPU imbalance
-/// (max/mean compute CPU time over ranks), and the exposed / in-flight
-/// communication of DP and TP (and, with disaggregated attention, the core
-/// attention imbalance before -> after, bytes moved and exposed wait).
+/// The step line (one per train.print_every steps, and the first, the last
+/// and every evaluated step; 160-175 characters; docs/step-line.md):
+///   [2026-12-05 12:34:56] step    10/12 | loss 5.1234 lr 3.00e-04 gnorm 1.234
+///   | samples 1.2k skipped 0 | 2345 tok/s/dev 0.0123 TFLOP/s/dev MFU 12.3% |
+///   mem 3.2% | step 123 ms
+/// wall-clock time (local), progress, loss (and validation loss), lr, global
+/// grad norm, consumed samples (StepResult::samples) and skipped steps,
+/// throughput since the previous line per device (tokens/s, model TFLOP/s,
+/// MFU against the peak of core::mfu_peak), memory as a share of the device
+/// (memory_share), the step's own time (evaluation, checkpoint and sample
+/// apart, each shown when it ran).
+/// The detail line (format_detail_line, every log.detail_every steps) has
+/// what no peer's log has: compute min/mean/max over ranks, the plan's
+/// attention and latency imbalance and the measured CPU imbalance (max/mean
+/// compute CPU time over ranks), and the exposed / in-flight communication of
+/// DP and TP (and, with disaggregated attention, the core attention imbalance
+/// before -> after, bytes moved and exposed wait), with elapsed time, ETA,
+/// tokens seen and per step, and memory in MiB of the capacity.
 
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
@@ -23,6 +31,7 @@
 #include "wlb4d/train/trainer.hpp"
 
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -57,9 +66,17 @@ struct Throughput {
 struct StepLineContext {
   int total_steps = 0;
   int devices = 1;         ///< world size: throughput and MFU are per device (rank)
-  double peak_tflops = 0;  ///< log.peak_tflops (0: no MFU field)
+  double peak_tflops = 0;  ///< the MFU peak per device (core::mfu_peak; TFLOP/s; 0: no MFU field)
   double elapsed = 0;      ///< seconds since run() started
   double eta = 0;          ///< seconds left at the mean pace (eval and checkpoints included)
+  /// What memory_share divides by (bytes per rank; 0: unknown, MiB shown):
+  /// a device build's device memory (cudaDeviceProp::totalGlobalMem, else
+  /// core::device_memory_gib), a host build's MemTotal (/proc/meminfo) of
+  /// rank 0's host divided by the ranks on that host.
+  double mem_capacity_bytes = 0;
+  bool mem_on_device = false;  ///< device build: the used memory is the Kokkos peak, else the peak RSS
+  std::int64_t print_count = 0;  ///< step lines printed so far by this start, this one included
+  std::string timestamp;   ///< "YYYY-MM-DD HH:MM:SS" ("": now, local time)
 };
 
 /// The cross-rank figures of one step that the step line shows, from every
@@ -72,6 +89,7 @@ struct StepFigures {
   double ca_bytes = 0;       ///< core attention's bytes moved (each byte once)
   double ca_imbalance_before = 0, ca_imbalance = 0;  ///< max over ranks (0: attention stays local)
   double rss_mib = 0;        ///< peak RSS, max over ranks (MiB)
+  double mem_measured_bytes = 0;  ///< Kokkos peak in the model's memory space, max over ranks (bytes)
   double eval = 0, checkpoint = 0, sample = 0;  ///< max over ranks (0: not this step)
 };
 StepFigures step_figures(const std::vector<io::TimingRecord>& all);
@@ -80,7 +98,7 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 ///   train/loss, train/lr, train/grad_norm; train/tokens_per_s (the whole
 ///   job's: the step's tokens / its wall time, evaluation and checkpoint
 ///   apart); train/mfu (a fraction, as the timing log's mfu; only with
-///   log.peak_tflops); val/loss (evaluated steps only);
+///   a known peak, core::mfu_peak); val/loss (evaluated steps only);
 ///   mem/peak_rss_mib; balance/imbalance_attn, balance/imbalance_lat,
 ///   balance/imbalance_cpu (the step line's "imbalance attn/lat/cpu"), and
 ///   with disaggregated attention balance/core_attn_before,
@@ -96,6 +114,24 @@ std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigu
 /// window since the previous line. One line, no trailing newline.
 std::string format_step_line(const StepResult& last, const std::vector<io::TimingRecord>& all, const Throughput& w,
                              const StepLineContext& ctx);
+
+/// The second line (see the file comment), printed after the step line when
+/// detail_due(). One line, no trailing newline.
+std::string format_detail_line(const StepResult& last, const std::vector<io::TimingRecord>& all,
+                               const StepLineContext& ctx);
+
+/// log.detail_every = `every` steps: the detail line follows the first and
+/// the last step line, and a step line at least `every` steps after the last
+/// detail line (steps 1-based, as the step line counts); every <= 0: never.
+bool detail_due(std::int64_t step, std::int64_t last_detail_step, bool first_line, bool last_step, int every);
+
+/// Memory used / ctx.mem_capacity_bytes: the max over ranks of the Kokkos
+/// peak (device builds) or of the peak RSS (host builds); -1 when the
+/// capacity is unknown.
+double memory_share(const StepFigures& f, const StepLineContext& ctx);
+
+/// "2026-12-05 12:34:56": local time, as Megatron-LM's log lines.
+std::string step_timestamp(std::time_t t);
 
 /// "1:02:03" (hours unbounded).
 std::string hms(double seconds);

@@ -33,6 +33,15 @@ struct StepResult {
   double seconds = 0;         ///< wall time of the step (max over ranks)
   double model_flops = 0;     ///< FLOP of the step (model::model_flops)
   double val_loss = -1;       ///< validation loss when evaluated this step
+  /// Consumed samples: documents drawn from the training stream so far, all
+  /// starts together (epoch x documents per epoch + position, from the
+  /// checkpointed stream state). With packing a sample is a document, not a
+  /// fixed-length sequence: a document waiting in a wlb outlier queue counts
+  /// from the step that drew it; one cut across micro-batches counts once.
+  std::int64_t samples = 0;
+  /// Steps of this start whose update was skipped (a loss-spike or non-finite
+  /// guard feeds it; 0 while nothing skips).
+  std::int64_t skipped_steps = 0;
   io::TimingRecord record;    ///< this rank's timing record
 };
 
