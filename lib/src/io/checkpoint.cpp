@@ -228,6 +228,22 @@ struct CollectiveWrite {
       ds.reset();
       if (!step_ok(st >= 0, std::string(e.name) + ": collective write failed")) return false;
     }
+    // The loss-spike guard's count and window (every rank knows the length: agreed state).
+    const struct {
+      const char* name;
+      hid_t type;
+      const void* value;
+      hsize_t n;
+    } guard[2] = {{kSkippedState, H5T_NATIVE_INT64, &state.skipped_steps, 1},
+                  {kSpikeWindowState, H5T_NATIVE_DOUBLE, state.spike_window.data(), state.spike_window.size()}};
+    for (const auto& e : guard) {
+      H ds(create_state(file.get(), e.name, e.type, e.n));
+      if (!step_ok(ds.valid(), std::string("cannot create dataset ") + e.name)) return false;
+      const herr_t st = write_part(ds.get(), e.type, {0}, {std::int64_t(e.n)},
+                                   wc.rank() == 0 && e.n > 0 ? e.value : nullptr, dxpl.get());
+      ds.reset();
+      if (!step_ok(st >= 0, std::string(e.name) + ": collective write failed")) return false;
+    }
     return true;
   }
 
@@ -651,6 +667,16 @@ void save_weights_checkpoint(const std::string& path, CheckpointInfo info, const
       H ds(create_state(file.get(), e.name, e.type, 1));
       ok(ds.valid() && H5Dwrite(ds.get(), e.type, H5S_ALL, H5S_ALL, H5P_DEFAULT, e.value) >= 0,
          std::string("cannot write ") + e.name);
+    }
+    {
+      H ds(create_state(file.get(), kSkippedState, H5T_NATIVE_INT64, 1));
+      ok(ds.valid() && H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &state.skipped_steps) >= 0,
+         std::string("cannot write ") + kSkippedState);
+      H dw(create_state(file.get(), kSpikeWindowState, H5T_NATIVE_DOUBLE, state.spike_window.size()));
+      ok(dw.valid(), std::string("cannot write ") + kSpikeWindowState);
+      if (!state.spike_window.empty())
+        ok(H5Dwrite(dw.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, state.spike_window.data()) >= 0,
+           std::string("cannot write ") + kSpikeWindowState);
     }
     if (!info.tokenizer_model.empty()) {
       ok(H(H5Gcreate2(file.get(), kTokenizerGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)).valid(),

@@ -55,6 +55,10 @@ constexpr int kPackerState = 5;
 /// Optional /state datasets (absent in older files): float64 [1], uint64 [1].
 inline constexpr const char* kLastLossState = "/state/last_loss";
 inline constexpr const char* kDigestState = "/state/digest";
+/// Optional /state datasets of the loss-spike guard (absent in older files):
+/// int64 [1], float64 [2n] (TrainState::skipped_steps, spike_window).
+inline constexpr const char* kSkippedState = "/state/skipped_steps";
+inline constexpr const char* kSpikeWindowState = "/state/spike_window";
 /// The serialized sentencepiece model (optional: sentencepiece only; absent in older files).
 inline constexpr const char* kTokenizerGroup = "/tokenizer";
 inline constexpr const char* kTokenizerModel = "/tokenizer/model";

@@ -29,7 +29,7 @@ namespace h5 = data::h5;
 using h5::Handle;
 using core::DataError;
 
-constexpr int kFormatVersion = 6;
+constexpr int kFormatVersion = 7;
 const char* const kNames[kNumCategories] = {"plan",     "data",     "forward",   "backward",
                                             "p2p_wait", "tp_comm",  "cp_comm",   "dp_reduce",
                                             "optimizer", "checkpoint", "eval",   "sample", "total"};
@@ -95,7 +95,8 @@ const std::vector<Field>& step_fields() {
                     WLB_FIELD(R, dp_in_flight), WLB_FIELD(R, tp_exposed), WLB_FIELD(R, tp_in_flight),
                     WLB_FIELD(R, ca_cost_before), WLB_FIELD(R, ca_cost_after), WLB_FIELD(R, ca_imbalance_before),
                     WLB_FIELD(R, ca_imbalance),
-                    WLB_FIELD(R, ca_bytes), WLB_FIELD(R, ca_exposed)})
+                    WLB_FIELD(R, ca_bytes), WLB_FIELD(R, ca_exposed), WLB_FIELD(R, skipped),
+                    WLB_FIELD(R, skipped_steps), WLB_FIELD(R, ckpt_write)})
       f.push_back(x);
     return f;
   }();

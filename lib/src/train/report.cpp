@@ -112,20 +112,23 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
                                            f.ca_imbalance_before, f.ca_imbalance, f.ca_bytes / 1048576.0,
                                            f.ca_exposed * 1e3)
                              : std::string();
+  const std::string guard =
+      (last.skipped ? fmt::format(" | SKIPPED (z loss {:.1f} grad {:.1f})", last.z_loss, last.z_grad) : std::string()) +
+      (ctx.guard && last.skipped_steps > 0 ? fmt::format(" | skipped {}", last.skipped_steps) : std::string());
   const std::string extra = (f.eval > 0 ? fmt::format(" | eval {:.0f} ms", f.eval * 1e3) : std::string()) +
                             (f.checkpoint > 0 ? fmt::format(" | ckpt {:.0f} ms", f.checkpoint * 1e3) : std::string()) +
                             (f.sample > 0 ? fmt::format(" | sample {:.0f} ms", f.sample * 1e3) : std::string());
   return fmt::format(
-      "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
+      "step {:>5}/{} | {} | loss {:.4f}{}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
       " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
       " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}"
-      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms{}",
-      last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
+      " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms{}{}",
+      last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, guard, last.lr, last.grad_norm,
       human_count(double(last.record.tokens_seen)), last.tokens,
       w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
       extra, f.rss_mib, hms(ctx.eta), f.compute_min * 1e3, f.compute_mean * 1e3, f.compute_max * 1e3,
       last.record.attn_imbalance, last.record.latency_imbalance, f.cpu_imbalance, f.dp_exposed * 1e3,
-      f.dp_in_flight * 1e3, f.tp_exposed * 1e3, f.tp_in_flight * 1e3, ca);
+      f.dp_in_flight * 1e3, f.tp_exposed * 1e3, f.tp_in_flight * 1e3, ca, ctx.stragglers);
 }
 
 

@@ -26,6 +26,7 @@
 #include "wlb4d/pipeline/executor.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
 #include "wlb4d/train/calibrate.hpp"
+#include "wlb4d/train/guards.hpp"
 #include "wlb4d/train/report.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -200,6 +201,9 @@ struct Trainer::Impl {
   io::RunIdentity identity;                 // the timing log's; the trace JSON names the run with it
   double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
   pipeline::MemoryEstimate mem;  // this rank's predicted peak (memory model)
+  std::optional<SpikeGuard> spike;       // train.skip_spike_z > 0
+  std::int64_t skipped_steps = 0;        // updates the guard skipped (checkpointed)
+  std::optional<StragglerFlag> straggler;  // rank 0, log.straggler_factor > 0
   // checkpoint.resume's answer, looked up once (verifying a checkpoint reads
   // all of it): by the cost model first under balance.calibrate, else by resume().
   std::optional<std::optional<std::string>> resume_lookup;
@@ -279,6 +283,20 @@ struct Trainer::Impl {
     }
     guard_earlier_outputs(ck.every > 0 || ck.every_minutes > 0 || ck.at_end);
     last_ckpt_time = core::wall_seconds();
+    const auto& t = c.train;
+    if (t.skip_spike_z > 0) {
+      spike.emplace(t.skip_spike_z, t.skip_spike_window, t.skip_spike_warmup);
+      if (g.rank() == 0)
+        spdlog::info("loss-spike guard: a step whose loss or grad norm is more than {} standard deviations above "
+                     "the mean of the last {} steps skips its update (judged from {} steps on)",
+                     t.skip_spike_z, t.skip_spike_window, t.skip_spike_warmup);
+    }
+    if (c.log.straggler_factor > 0 && g.rank() == 0) {
+      straggler.emplace(c.log.straggler_factor, c.log.straggler_steps);
+      spdlog::info("straggler flag: a rank whose forward+backward time exceeds {}x the median of its pipeline "
+                   "stage's ranks for {} consecutive steps is named",
+                   c.log.straggler_factor, c.log.straggler_steps);
+    }
   }
 
   /// checkpoint.resume=never starts at step 0, so an earlier run's
@@ -515,10 +533,15 @@ struct Trainer::Impl {
     return target_tokens > 0 ? loss_sum / double(target_tokens) : 0.0;
   }
 
-  StepResult result(const balance::StepPlan& plan, double loss, const optim::UpdateResult& upd) const {
+  StepResult result(const balance::StepPlan& plan, double loss, const optim::UpdateResult& upd,
+                    const SpikeDecision& guard) const {
     StepResult res;
     res.step = step;
     res.loss = loss;
+    res.skipped = upd.skipped;
+    res.z_loss = guard.z_loss;
+    res.z_grad = guard.z_grad;
+    res.skipped_steps = skipped_steps;
     res.grad_norm = upd.grad_norm;
     res.lr = upd.lr;
     res.tokens = plan.tokens;
@@ -549,6 +572,8 @@ struct Trainer::Impl {
     rec.delay_mean = metrics.mean_delay_steps;
     rec.delay_max = double(metrics.max_delay_steps);
     rec.tokens_seen = tokens_seen;
+    rec.skipped = res.skipped ? 1 : 0;
+    rec.skipped_steps = res.skipped_steps;
     rec.rss_mib = peak_rss_mib();
     rec.mfu = cfg.log.peak_tflops > 0
                   ? rec.gflops * 1e9 / double(grid.world().size()) / (cfg.log.peak_tflops * 1e12)
@@ -575,8 +600,26 @@ struct Trainer::Impl {
 
   /// Global grad norm, NaN/inf check, clip and AdamW (collective), then the
   /// bf16 weight copies marked stale for the next forward.
-  optim::UpdateResult update(double loss) {
-    const optim::UpdateResult upd = opt->step(step, loss);
+  optim::UpdateResult update(double loss, SpikeDecision* guard) {
+    std::function<bool(const optim::UpdateResult&)> skip;
+    if (spike)
+      skip = [&](const optim::UpdateResult& u) {
+        *guard = spike->observe(loss, u.grad_norm);
+        // The loss and the norm are equal on every rank already; agreeing
+        // on the decision keeps every rank's update (or skip) alike anyway.
+        const int any = grid.world().allreduce_value(guard->skip ? 1 : 0, comm::ReduceOp::Max);
+        guard->skip = any != 0;
+        return guard->skip;
+      };
+    const optim::UpdateResult upd = opt->step(step, loss, skip);
+    if (upd.skipped) {
+      ++skipped_steps;
+      if (grid.rank() == 0)
+        spdlog::warn("step {}: loss spike: loss {:.4f} (z = {:.1f}), grad norm {:.4g} (z = {:.1f}) beyond "
+                     "train.skip_spike_z={} (window of {} steps): update skipped on every rank ({} skipped so far)",
+                     step + 1, loss, guard->z_loss, upd.grad_norm, guard->z_grad, cfg.train.skip_spike_z,
+                     cfg.train.skip_spike_window, skipped_steps);
+    }
     for (auto& chunk : exec->chunks()) chunk->mark_weights_updated();
     Kokkos::fence();
     return upd;
@@ -663,14 +706,37 @@ struct Trainer::Impl {
   /// Rank 0: the step's scalars into the TensorBoard event file. A write
   /// failure (a full disk) is a warning and ends the TensorBoard output;
   /// training goes on.
-  void write_scalars(const StepResult& last, const std::vector<io::TimingRecord>& all) {
+  void write_scalars(const StepResult& last, const std::vector<io::TimingRecord>& all,
+                     const std::vector<Straggler>& slow) {
     if (!tb) return;
     try {
-      tb->add_scalars(last.step + 1, step_scalars(last, step_figures(all)));
+      auto v = step_scalars(last, step_figures(all));
+      if (spike) v.push_back({"guard/skipped_steps", double(last.skipped_steps)});
+      if (straggler) v.push_back({"guard/stragglers", double(slow.size())});
+      tb->add_scalars(last.step + 1, v);
     } catch (const std::exception& e) {
       spdlog::warn("{}; no more TensorBoard scalars this run (training goes on)", e.what());
       tb.reset();
     }
+  }
+
+  /// Rank 0 with log.straggler_factor: the ranks slow for
+  /// log.straggler_steps consecutive steps after step `s` (0-based), from
+  /// every rank's timing record of it; a rank named for the first time in
+  /// its streak gets a warning naming its grid coordinates.
+  std::vector<Straggler> observe_stragglers(std::int64_t s, const std::vector<io::TimingRecord>& all) {
+    if (!straggler) return {};
+    std::vector<Straggler> newly;
+    auto slow = straggler->observe(all, &newly);
+    for (const auto& x : newly) {
+      const auto& r = all.at(std::size_t(x.rank));
+      spdlog::warn("straggler: rank {} (dp={} pp={} cp={} tp={}) computed {:.1f}x the median of its pipeline "
+                   "stage's ranks for {} consecutive steps (step {}: {:.0f} ms forward+backward; "
+                   "log.straggler_factor={}); training goes on",
+                   x.rank, r.dp, r.pp, r.cp, r.tp, x.ratio, x.steps, s + 1,
+                   (r.time[io::kForward] + r.time[io::kBackward]) * 1e3, cfg.log.straggler_factor);
+    }
+    return slow;
   }
 
   /// Fixed order, fixed packing: the first eval_tokens tokens of the validation
@@ -764,6 +830,8 @@ struct Trainer::Impl {
     st.packer_state = packer->save_state();
     st.seed = cfg.train.seed;
     st.last_loss = last_loss;
+    st.skipped_steps = skipped_steps;
+    if (spike) st.spike_window = spike->window_pairs();
     io::CheckpointInfo info;
     info.deck = core::to_ini(cfg);
     info.dataset_identity = train_ds.identity();
@@ -820,6 +888,8 @@ struct Trainer::Impl {
     step = r.state.step;
     tokens_seen = r.state.tokens_seen;
     last_loss = r.state.last_loss;
+    skipped_steps = r.state.skipped_steps;
+    if (spike) spike->restore(r.state.spike_window);
     stream.restore({r.state.stream_epoch, r.state.stream_position});
     packer->load_state(r.state.packer_state);
     if (grid.rank() == 0) {
@@ -920,8 +990,9 @@ StepResult Trainer::step() {
   I.load(plan);
   rec.time[io::kData] = data_phase.end();
   Phase run_phase = I.phase(kPhaseRun, s, traced);
-  const auto run =
-      I.exec->run(/*backward=*/true, plan.target_tokens > 0 ? 1.0 / double(plan.target_tokens) : 0.0, traced);
+  const double spike_scale = core::fault_loss_scale(I.step);  // tests only (WLB4D_FAULT=spike)
+  const auto run = I.exec->run(/*backward=*/true,
+                               plan.target_tokens > 0 ? spike_scale / double(plan.target_tokens) : 0.0, traced);
   add_run_stats(rec, run);
   if (traced) I.keep_trace(run);
   Kokkos::fence();
@@ -936,14 +1007,15 @@ StepResult Trainer::step() {
 
   // 6. Loss, global grad norm, NaN/inf check, clip, AdamW.
   Phase opt_phase = I.phase(kPhaseOptimizer, s, traced);
-  const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens);
-  const optim::UpdateResult upd = I.update(loss);
+  const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens) * spike_scale;
+  SpikeDecision guard;
+  const optim::UpdateResult upd = I.update(loss, &guard);
   rec.time[io::kOptimizer] = opt_phase.end();
 
   // 7. Records (and the validation loss when due). kTotal is the step alone:
   // evaluation (and, in run(), the checkpoint) have their own columns.
   rec.time[io::kTotal] = core::wall_seconds() - t_start;
-  StepResult res = I.result(plan, loss, upd);
+  StepResult res = I.result(plan, loss, upd, guard);
   ++I.step;
   if (I.eval_due()) {
     Phase eval_phase = I.phase(kPhaseEval, s, traced);
@@ -1019,9 +1091,10 @@ StepResult Trainer::run() {
     last.record.elapsed = elapsed;
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
     if (traced) I.write_trace_json(I.tlog->append_trace(I.trace_rows, kind_names), all, kind_names);  // collective
-    if (g.rank() == 0) I.write_scalars(last, all);
+    const std::vector<Straggler> slow = I.observe_stragglers(last.step, all);
+    if (g.rank() == 0) I.write_scalars(last, all, slow);
     const bool print = (last.step + 1) % I.cfg.train.print_every == 0 || last.step == 0 ||
-                       last.step + 1 == I.cfg.train.steps || last.val_loss >= 0 || sampled;
+                       last.step + 1 == I.cfg.train.steps || last.val_loss >= 0 || sampled || last.skipped;
     if (print && g.rank() == 0) {
       StepLineContext ctx;
       ctx.total_steps = I.cfg.train.steps;
@@ -1030,6 +1103,8 @@ StepResult Trainer::run() {
       ctx.elapsed = elapsed;
       const double done = double(I.step - first_step);
       ctx.eta = done > 0 ? elapsed / done * double(I.cfg.train.steps - I.step) : 0;
+      ctx.guard = I.spike.has_value();
+      ctx.stragglers = format_stragglers(slow);
       spdlog::info("{}", format_step_line(last, all, window, ctx));
       window = Throughput{};
     }

@@ -173,10 +173,21 @@ struct TrainState {
   std::vector<std::int64_t> packer_state;  ///< Packer::save_state()
   std::uint64_t seed = 0;            ///< train.seed
   double last_loss = std::numeric_limits<double>::quiet_NaN();  ///< loss of the last step run (nats); NaN: none / not stored
+  /// Loss-spike guard (train/guards.hpp): updates skipped so far
+  /// (/state/skipped_steps, int64 [1]) and its running window as (loss, grad
+  /// norm) pairs, oldest first, flattened (/state/spike_window, float64 [2n];
+  /// empty with the guard off). Both are in the content digest.
+  std::int64_t skipped_steps = 0;
+  std::vector<double> spike_window;
+  /// Save: always true (both datasets are written). Read: false for older
+  /// files without them (skipped_steps 0, window empty; the digest then
+  /// leaves them out, as those files' writers did).
+  bool has_guard_state = true;
   bool operator==(const TrainState& o) const {
     const bool same_loss = last_loss == o.last_loss || (std::isnan(last_loss) && std::isnan(o.last_loss));
     return step == o.step && tokens_seen == o.tokens_seen && stream_epoch == o.stream_epoch &&
-           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed && same_loss;
+           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed && same_loss &&
+           skipped_steps == o.skipped_steps && spike_window == o.spike_window;
   }
 };
 

@@ -13,7 +13,10 @@
 /// plan's attention and latency imbalance and the measured CPU imbalance
 /// (max/mean compute CPU time over ranks), and the exposed / in-flight
 /// communication of DP and TP (and, with disaggregated attention, the core
-/// attention imbalance before -> after, bytes moved and exposed wait).
+/// attention imbalance before -> after, bytes moved and exposed wait). With
+/// the loss-spike guard: " | SKIPPED (z loss 12.3 grad 45.6)" on a skipped
+/// step and " | skipped N" once any was; with the straggler flag:
+/// " | straggler r3 2.4x (5 steps)".
 
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
@@ -60,6 +63,8 @@ struct StepLineContext {
   double peak_tflops = 0;  ///< log.peak_tflops (0: no MFU field)
   double elapsed = 0;      ///< seconds since run() started
   double eta = 0;          ///< seconds left at the mean pace (eval and checkpoints included)
+  bool guard = false;      ///< the loss-spike guard is on: the line shows the skipped count
+  std::string stragglers;  ///< format_stragglers() of the ranks the straggler flag names ("" : none)
 };
 
 /// The cross-rank figures of one step that the step line shows, from every

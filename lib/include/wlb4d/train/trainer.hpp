@@ -33,6 +33,9 @@ struct StepResult {
   double seconds = 0;         ///< wall time of the step (max over ranks)
   double model_flops = 0;     ///< FLOP of the step (model::model_flops)
   double val_loss = -1;       ///< validation loss when evaluated this step
+  bool skipped = false;       ///< the loss-spike guard skipped this step's update (train.skip_spike_z)
+  double z_loss = 0, z_grad = 0;  ///< the guard's z-scores of the loss and grad norm (0: not judged)
+  std::int64_t skipped_steps = 0;  ///< updates skipped so far (all starts)
   io::TimingRecord record;    ///< this rank's timing record
 };
 
