@@ -5,14 +5,15 @@
 
 Injects a spike with WLB4D_FAULT=spike:step=S:scale=1000 (the step's loss and
 loss gradient x1000, every rank) into DECK (1 rank as given) and runs:
-  one     1 rank, a checkpoint after every step;
+  one     1 rank, a checkpoint after every step, TensorBoard scalars;
   four    dp=2 x pp=2 on 4 ranks through mpiexec, checkpoint at the end;
   resumed 1 rank, resumed from one's checkpoint of step S-3 (before the spike:
           the window comes from the checkpoint), to the end;
   after   1 rank, resumed from one's checkpoint of step S+1 (after the skip).
 Checks
   * one skips exactly step S (timing CSV column skipped), counts 1 skipped
-    step from then on, and names it on its step line;
+    step from then on, and names it on its step line; its TensorBoard
+    guard/skipped_steps equals the CSV's (tests/tools/tensorboard_check.py);
   * an independent reference of the guard's rule (z of the loss and the grad
     norm against the previous `window` steps' values, population std, judged
     from `warmup` values on; computed here from the CSV's loss and grad_norm)
@@ -115,12 +116,20 @@ def main():
         ok = ok and cond
 
     common = ["--checkpoint.resume=never", "--checkpoint.overwrite=true", "--checkpoint.at_end=true"]
-    one, log1 = run(args, "one", common + ["--checkpoint.every=1", f"--checkpoint.keep={args.steps}"])
+    tb = os.path.join(args.workdir, "tb-one")
+    shutil.rmtree(tb, ignore_errors=True)
+    one, log1 = run(args, "one", common + ["--checkpoint.every=1", f"--checkpoint.keep={args.steps}",
+                                           f"--log.tensorboard_dir={tb}"])
     skipped = [s for s in sorted(one) if one[s][0]["skipped"] == "1"]
     check(skipped == [S], f"1 rank skips exactly step {S + 1} (skipped steps {[s + 1 for s in skipped]})")
     check(all(int(one[s][0]["skipped_steps"]) == (1 if s >= S else 0) for s in one),
           "skipped_steps counts 0 before the spike and 1 from it on")
     check(f"step {S + 1}: loss spike" in log1 and "SKIPPED (z loss" in log1, "the skip is named on the log and step line")
+    t = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensorboard_check.py"),
+                        tb, os.path.join(args.workdir, "one.csv"), "--guard", "--expect-tag", "guard/skipped_steps"],
+                       capture_output=True, text=True)
+    check(t.returncode == 0, "TensorBoard shows guard/skipped_steps equal to the CSV's at every step"
+          + ("" if t.returncode == 0 else "\n" + t.stdout[-2000:]))
     ref = reference_skips(one)
     check(ref == skipped, f"independent z-score reference skips the same steps ({[s + 1 for s in ref]})")
     a, b = datasets(ck(args, "one", S)), datasets(ck(args, "one", S + 1))

@@ -706,13 +706,11 @@ struct Trainer::Impl {
   /// Rank 0: the step's scalars into the TensorBoard event file. A write
   /// failure (a full disk) is a warning and ends the TensorBoard output;
   /// training goes on.
-  void write_scalars(const StepResult& last, const std::vector<io::TimingRecord>& all,
-                     const std::vector<Straggler>& slow) {
+  void write_scalars(const StepResult& last, const std::vector<io::TimingRecord>& all) {
     if (!tb) return;
     try {
       auto v = step_scalars(last, step_figures(all));
       if (spike) v.push_back({"guard/skipped_steps", double(last.skipped_steps)});
-      if (straggler) v.push_back({"guard/stragglers", double(slow.size())});
       tb->add_scalars(last.step + 1, v);
     } catch (const std::exception& e) {
       spdlog::warn("{}; no more TensorBoard scalars this run (training goes on)", e.what());
@@ -1092,7 +1090,7 @@ StepResult Trainer::run() {
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
     if (traced) I.write_trace_json(I.tlog->append_trace(I.trace_rows, kind_names), all, kind_names);  // collective
     const std::vector<Straggler> slow = I.observe_stragglers(last.step, all);
-    if (g.rank() == 0) I.write_scalars(last, all, slow);
+    if (g.rank() == 0) I.write_scalars(last, all);
     const bool print = (last.step + 1) % I.cfg.train.print_every == 0 || last.step == 0 ||
                        last.step + 1 == I.cfg.train.steps || last.val_loss >= 0 || sampled || last.skipped;
     if (print && g.rank() == 0) {

@@ -92,6 +92,8 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 ///   balance/core_attn_after; comm/dp_exposed_ms, comm/dp_in_flight_ms,
 ///   comm/tp_exposed_ms, comm/tp_in_flight_ms; time/step_ms, and
 ///   time/eval_ms, time/checkpoint_ms, time/sample_ms on steps that did it.
+///   The trainer adds guard/skipped_steps (the timing log's skipped_steps)
+///   when the loss-spike guard is on.
 /// Cross-rank values are StepFigures' (max over ranks); the plan's
 /// imbalance figures are the same on every rank (`last.record`'s).
 std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigures& f);
