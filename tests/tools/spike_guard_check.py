@@ -99,6 +99,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wlb4d", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--ckpt", help="wlb4d-ckpt: verify the checkpoints holding the guard state and inspect one")
     ap.add_argument("--deck", required=True)
     ap.add_argument("--workdir", default=".")
     ap.add_argument("--steps", type=int, default=20)
@@ -152,6 +153,13 @@ def main():
                for k in w1) if w1.keys() == w4.keys() else 2
     check(werr <= 1, f"dp=2 x pp=2 final weights within {werr:.2f} of the bound 1e-4 |w| + 1e-3 lr of 1 rank "
           f"({len(w1)} tensors)")
+
+    if args.ckpt:
+        paths = [ck(args, "one", S + 1), ck(args, "four", args.steps)]
+        v = [subprocess.run([args.ckpt, "verify", p], capture_output=True, text=True).returncode for p in paths]
+        ins = subprocess.run([args.ckpt, "inspect", paths[0]], capture_output=True, text=True).stdout
+        check(v == [0, 0] and f"skipped steps    1 (loss-spike guard; window of {WINDOW} steps stored)" in ins,
+              "wlb4d-ckpt verifies the checkpoints (digest over the guard state) and inspect shows the count")
 
     res, _ = run(args, "resumed", [f"--checkpoint.resume={ck(args, 'one', S - 3)}", "--checkpoint.at_end=false"])
     exact = all(res[s][0]["loss"] == one[s][0]["loss"] and res[s][0]["grad_norm"] == one[s][0]["grad_norm"] and
