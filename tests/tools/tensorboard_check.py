@@ -34,7 +34,8 @@ Checked:
     balance/imbalance_attn, balance/imbalance_lat, balance/imbalance_cpu =
     max/mean compute_cpu, balance/core_attn_before/after (when
     ca_imbalance_before > 0), comm/{dp,tp}_{exposed,in_flight}_ms = max * 1e3,
-    time/step_ms = max t_total * 1e3, time/{eval,checkpoint,sample}_ms when > 0;
+    time/step_ms = max t_total * 1e3, time/{eval,checkpoint,sample}_ms when > 0,
+    time/checkpoint_write_ms = max ckpt_write * 1e3 when > 0;
   - --starts N: N event files; --expect-tag: the tag appears at some step;
     --guard: the loss-spike guard was on, so every step also has
     guard/skipped_steps = the CSV's skipped_steps.
@@ -201,7 +202,7 @@ def expected(csv_path, guard=False):
             e["balance/core_attn_before"] = mx("ca_imbalance_before")
             e["balance/core_attn_after"] = mx("ca_imbalance")
         for col, tag in (("t_eval", "time/eval_ms"), ("t_checkpoint", "time/checkpoint_ms"),
-                         ("t_sample", "time/sample_ms")):
+                         ("ckpt_write", "time/checkpoint_write_ms"), ("t_sample", "time/sample_ms")):
             if mx(col) > 0:
                 e[tag] = mx(col) * 1e3
         out[step + 1] = {k: np.float32(v) for k, v in e.items()}

@@ -314,6 +314,12 @@ const std::vector<KeySpec>& key_table() {
               "import-hf): weights only, fresh optimizer, step 0; a checkpoint in checkpoint.dir (resume=auto) "
               "takes precedence, so a restarted job resumes; refused with resume=<path> (empty: off)",
               any<std::string>()),
+      WLB_KEY(bool, checkpoint, async,
+              "write checkpoints in the background: the step copies the state to host buffers (the blocking part, "
+              "t_checkpoint) and goes on while a writer thread writes, reads back and commits the same HDF5 file "
+              "(ckpt_write); `latest` moves only after the read-back; needs MPI_THREAD_MULTIPLE (else synchronous, "
+              "with a message)",
+              any<bool>()),
       WLB_KEY(bool, checkpoint, overwrite,
               "with resume=never: replace an earlier run's step files and latest in checkpoint.dir and its "
               "log.timing_file/log.csv_file (false: refuse the run, naming them)",

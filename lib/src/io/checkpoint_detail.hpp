@@ -136,6 +136,9 @@ struct VerifyPart {
 /// Verifies datasets i with i % size == rank of the file (tensors x 3 kinds,
 /// then /state).
 VerifyPart verify_part(const std::string& path, int rank, int size);
+/// verify_checkpoint(path, world); `lock`: this rank's reads under
+/// h5::api_mutex() (from the asynchronous writer thread).
+VerifyResult verify_collective(const std::string& path, const comm::Communicator& world, bool lock);
 
 // ---- file system (checkpoint_commit.cpp) -----------------------------------------------
 

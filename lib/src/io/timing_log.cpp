@@ -434,6 +434,7 @@ std::vector<TimingRecord> TimingLog::append(const TimingRecord& mine) {
   w.allgather(reinterpret_cast<const char*>(&mine), reinterpret_cast<char*>(all.data()), sizeof(TimingRecord));
   if (w.rank() == 0) {
     if (impl_->file.valid()) {
+      const h5::ApiLock lock(h5::api_mutex());  // an asynchronous checkpoint writer may be using HDF5
       append_rows(impl_->steps.get(), impl_->rtype.get(), all.data(), all.size());
       H5Fflush(impl_->file.get(), H5F_SCOPE_LOCAL);
     }
@@ -461,6 +462,7 @@ std::vector<TraceRecord> TimingLog::append_trace(const std::vector<TraceRecord>&
                counts, displs);
   if (w.rank() != 0) return {};
   if (impl_->file.valid() && !all.empty()) {
+    const h5::ApiLock lock(h5::api_mutex());
     auto& I = *impl_;
     if (!I.trace.valid()) {
       h5::Quiet quiet;

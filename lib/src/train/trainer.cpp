@@ -8,6 +8,7 @@
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/memory.hpp"
+#include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/profiling.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/core/signals.hpp"
@@ -204,6 +205,13 @@ struct Trainer::Impl {
   std::optional<SpikeGuard> spike;       // train.skip_spike_z > 0
   std::int64_t skipped_steps = 0;        // updates the guard skipped (checkpointed)
   std::optional<StragglerFlag> straggler;  // rank 0, log.straggler_factor > 0
+#ifdef KOKKOS_ENABLE_CUDA
+  using StagingSpace = Kokkos::CudaHostPinnedSpace;  // page-locked: fast device -> host copies
+#else
+  using StagingSpace = Kokkos::HostSpace;
+#endif
+  Kokkos::View<float*, StagingSpace> staging;  // checkpoint.async: this rank's written shards (value, m, v)
+  std::unique_ptr<io::AsyncCheckpointWriter> writer;  // checkpoint.async with MPI_THREAD_MULTIPLE; before staging dies
   // checkpoint.resume's answer, looked up once (verifying a checkpoint reads
   // all of it): by the cost model first under balance.calibrate, else by resume().
   std::optional<std::optional<std::string>> resume_lookup;
@@ -280,6 +288,17 @@ struct Trainer::Impl {
     if (ck.every > 0 || ck.every_minutes > 0 || ck.at_end) {  // fail now, not at the first checkpoint
       dir_lock.acquire(ck.dir, g.world());
       io::check_checkpoint_dir(ck.dir, g.world(), io::checkpoint_bytes_estimate(ckpt->tensors()));
+    }
+    if (ck.async && core::mpi_thread_multiple()) {
+      const std::int32_t layout[4] = {g.dp_size(), g.pp_size(), g.cp_size(), g.tp_size()};
+      writer = std::make_unique<io::AsyncCheckpointWriter>(g.world(), layout);  // collective
+      if (g.rank() == 0)
+        spdlog::info("asynchronous checkpoints: the step stages the state to host memory, a writer thread writes, "
+                     "reads back and commits the file (MPI_THREAD_MULTIPLE)");
+    } else if (ck.async && g.rank() == 0) {
+      spdlog::warn("checkpoint.async=true needs MPI_THREAD_MULTIPLE (the writer thread calls MPI-IO on its own "
+                   "communicator), but this MPI library provides {}: checkpoints are written synchronously",
+                   core::mpi_thread_level_name());
     }
     guard_earlier_outputs(ck.every > 0 || ck.every_minutes > 0 || ck.at_end);
     last_ckpt_time = core::wall_seconds();
@@ -820,6 +839,64 @@ struct Trainer::Impl {
       CheckpointState& s;
       ~Release() { s.release(); }
     } release{*ckpt};
+    const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), train_state(), ckpt_info());
+    last_ckpt_time = core::wall_seconds();
+    if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
+    return path;
+  }
+
+  /// checkpoint.async: the blocking part. Waits for the save in flight (one
+  /// at a time), copies this rank's written shards (values, AdamW moments)
+  /// into `staging`, and hands them to the writer thread. Collective.
+  void save_checkpoint_async() {
+    collect_async(true);  // a second save waits for the first
+    Kokkos::fence();
+    ckpt->pull();
+    std::vector<io::TensorRef> refs = ckpt->tensors();
+    std::size_t total = 0;
+    for (const auto& t : refs)
+      if (t.writer) {
+        std::size_t n = 1;
+        for (auto c : t.count) n *= std::size_t(c);
+        total += 3 * n;
+      }
+    if (staging.extent(0) < total)
+      staging = decltype(staging)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "checkpoint_staging"), total);
+    float* p = staging.data();
+    for (auto& t : refs) {
+      if (!t.writer) {
+        t.value = t.m = t.v = nullptr;  // not read: one writer per element
+        continue;
+      }
+      std::size_t n = 1;
+      for (auto c : t.count) n *= std::size_t(c);
+      for (float** b : {&t.value, &t.m, &t.v}) {
+        std::memcpy(p, *b, n * sizeof(float));
+        *b = p;
+        p += n;
+      }
+    }
+    ckpt->release();
+    writer->start(cfg.checkpoint, std::move(refs), train_state(), ckpt_info());
+    last_ckpt_time = core::wall_seconds();
+  }
+
+  /// checkpoint.async: collects a finished save (`wait`: waits for the one
+  /// in flight). Returns the seconds the writer thread took (0: none
+  /// collected). Collective. \throws core::CheckpointError (every rank) when
+  /// the save failed: the previous checkpoint and `latest` are unchanged.
+  double collect_async(bool wait) {
+    if (!writer || !writer->in_flight()) return 0;
+    if (!wait && !writer->done(grid.world())) return 0;
+    const auto r = writer->wait();
+    if (!r->error.empty()) throw core::CheckpointError(r->error);
+    if (grid.rank() == 0)
+      spdlog::info("checkpoint {} written (step {}; in the background: {:.2f} s to write, read back and commit)",
+                   r->path, r->step, r->seconds);
+    return r->seconds;
+  }
+
+  io::TrainState train_state() const {
     io::TrainState st;
     st.step = step;
     st.tokens_seen = tokens_seen;
@@ -830,6 +907,10 @@ struct Trainer::Impl {
     st.last_loss = last_loss;
     st.skipped_steps = skipped_steps;
     if (spike) st.spike_window = spike->window_pairs();
+    return st;
+  }
+
+  io::CheckpointInfo ckpt_info() const {
     io::CheckpointInfo info;
     info.deck = core::to_ini(cfg);
     info.dataset_identity = train_ds.identity();
@@ -845,10 +926,7 @@ struct Trainer::Impl {
     info.eos_id = train_ds.eos_id();
     info.bos_id = tokenizer_bos;
     info.tokenizer_model = train_ds.tokenizer_model();
-    const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), st, info);
-    last_ckpt_time = core::wall_seconds();
-    if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
-    return path;
+    return info;
   }
 
   /// checkpoint.init_from: the values of any checkpoint (any layout; weights
@@ -1070,13 +1148,20 @@ StepResult Trainer::run() {
   while (I.step < I.cfg.train.steps && !stop) {
     last = step();
     I.last_loss = last.loss;
+    last.record.ckpt_write = I.collect_async(false);  // a background save that finished meanwhile
     const bool traced = last.step + 1 == I.cfg.log.trace_step;
     const int urgent = I.agreed_checkpoint_urgency();
     stop = urgent == 2;
     if (I.checkpoint_due(urgent)) {
       Phase ckpt_phase = I.phase(kPhaseCheckpoint, last.step, traced);
-      I.save_checkpoint();
+      if (I.writer)
+        I.save_checkpoint_async();  // the blocking part: staging
+      else
+        I.save_checkpoint();
       last.record.time[io::kCheckpoint] = ckpt_phase.end();  // not part of kTotal (the step alone)
+      // The run's last save (the end, or a stop signal) completes before the
+      // program goes on to exit; its write is reported with this step.
+      if (I.writer && (stop || I.step >= I.cfg.train.steps)) last.record.ckpt_write += I.collect_async(true);
     }
     const bool sampled = I.sample_due();
     if (sampled) {
@@ -1107,6 +1192,7 @@ StepResult Trainer::run() {
       window = Throughput{};
     }
   }
+  I.collect_async(true);  // no save outlives the run
   print_run_summary(g, I.mem.total(), last, I.step, I.cfg.train.steps, stop);
   return last;
 }

@@ -171,6 +171,11 @@ struct CheckpointConfig {
   /// optimizer, step 0. Used when no checkpoint is resumed (resume=never, or
   /// auto with nothing in dir); refused together with resume=<path>.
   std::string init_from;
+  /// Asynchronous checkpoints (io::AsyncCheckpointWriter): the step copies
+  /// the state to host buffers and goes on; a writer thread writes, reads
+  /// back and commits the same file. Needs MPI_THREAD_MULTIPLE (else
+  /// synchronous, with a message).
+  bool async = false;
 };
 
 /// [log]

@@ -16,7 +16,9 @@
 /// attention imbalance before -> after, bytes moved and exposed wait). With
 /// the loss-spike guard: " | SKIPPED (z loss 12.3 grad 45.6)" on a skipped
 /// step and " | skipped N" once any was; with the straggler flag:
-/// " | straggler r3 2.4x (5 steps)".
+/// " | straggler r3 2.4x (5 steps)". With checkpoint.async, " | ckpt N ms"
+/// is the blocking staging and " | ckpt write N ms (background)" the
+/// writer thread's time, on the step where it finished.
 
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
@@ -78,6 +80,7 @@ struct StepFigures {
   double ca_imbalance_before = 0, ca_imbalance = 0;  ///< max over ranks (0: attention stays local)
   double rss_mib = 0;        ///< peak RSS, max over ranks (MiB)
   double eval = 0, checkpoint = 0, sample = 0;  ///< max over ranks (0: not this step)
+  double ckpt_write = 0;  ///< checkpoint.async: a background save that finished this step (max over ranks; 0: none)
 };
 StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 
@@ -91,7 +94,9 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 ///   with disaggregated attention balance/core_attn_before,
 ///   balance/core_attn_after; comm/dp_exposed_ms, comm/dp_in_flight_ms,
 ///   comm/tp_exposed_ms, comm/tp_in_flight_ms; time/step_ms, and
-///   time/eval_ms, time/checkpoint_ms, time/sample_ms on steps that did it.
+///   time/eval_ms, time/checkpoint_ms (with checkpoint.async the blocking
+///   staging), time/checkpoint_write_ms (checkpoint.async: the background
+///   write, on the step it finished), time/sample_ms on steps that did it.
 ///   The trainer adds guard/skipped_steps (the timing log's skipped_steps)
 ///   when the loss-spike guard is on.
 /// Cross-rank values are StepFigures' (max over ranks); the plan's
