@@ -848,8 +848,9 @@ struct Trainer::Impl {
   /// checkpoint.async: the blocking part. Waits for the save in flight (one
   /// at a time), copies this rank's written shards (values, AdamW moments)
   /// into `staging`, and hands them to the writer thread. Collective.
-  void save_checkpoint_async() {
-    collect_async(true);  // a second save waits for the first
+  /// Returns the write seconds of the previous save when it was collected here.
+  double save_checkpoint_async() {
+    const double previous = collect_async(true);  // a second save waits for the first
     Kokkos::fence();
     ckpt->pull();
     std::vector<io::TensorRef> refs = ckpt->tensors();
@@ -879,6 +880,7 @@ struct Trainer::Impl {
     ckpt->release();
     writer->start(cfg.checkpoint, std::move(refs), train_state(), ckpt_info());
     last_ckpt_time = core::wall_seconds();
+    return previous;
   }
 
   /// checkpoint.async: collects a finished save (`wait`: waits for the one
@@ -1155,7 +1157,7 @@ StepResult Trainer::run() {
     if (I.checkpoint_due(urgent)) {
       Phase ckpt_phase = I.phase(kPhaseCheckpoint, last.step, traced);
       if (I.writer)
-        I.save_checkpoint_async();  // the blocking part: staging
+        last.record.ckpt_write += I.save_checkpoint_async();  // the blocking part: staging (after the previous write)
       else
         I.save_checkpoint();
       last.record.time[io::kCheckpoint] = ckpt_phase.end();  // not part of kTotal (the step alone)
