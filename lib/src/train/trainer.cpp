@@ -292,6 +292,7 @@ struct Trainer::Impl {
     if (ck.async && core::mpi_thread_multiple()) {
       const std::int32_t layout[4] = {g.dp_size(), g.pp_size(), g.cp_size(), g.tp_size()};
       writer = std::make_unique<io::AsyncCheckpointWriter>(g.world(), layout);  // collective
+      ensure_staging();
       if (g.rank() == 0)
         spdlog::info("asynchronous checkpoints: the step stages the state to host memory, a writer thread writes, "
                      "reads back and commits the file (MPI_THREAD_MULTIPLE)");
@@ -850,19 +851,13 @@ struct Trainer::Impl {
   /// into `staging`, and hands them to the writer thread. Collective.
   /// Returns the write seconds of the previous save when it was collected here.
   double save_checkpoint_async() {
+    const double t0 = core::wall_seconds();
     const double previous = collect_async(true);  // a second save waits for the first
+    const double t1 = core::wall_seconds();
     Kokkos::fence();
     ckpt->pull();
     std::vector<io::TensorRef> refs = ckpt->tensors();
-    std::size_t total = 0;
-    for (const auto& t : refs)
-      if (t.writer) {
-        std::size_t n = 1;
-        for (auto c : t.count) n *= std::size_t(c);
-        total += 3 * n;
-      }
-    if (staging.extent(0) < total)
-      staging = decltype(staging)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "checkpoint_staging"), total);
+    ensure_staging();
     float* p = staging.data();
     for (auto& t : refs) {
       if (!t.writer) {
@@ -880,7 +875,29 @@ struct Trainer::Impl {
     ckpt->release();
     writer->start(cfg.checkpoint, std::move(refs), train_state(), ckpt_info());
     last_ckpt_time = core::wall_seconds();
+    if (grid.rank() == 0)
+      spdlog::info("checkpoint of step {}: {} staged to host memory in {:.3f} s{}; writing in the background", step,
+                   core::format_bytes(double(p - staging.data()) * sizeof(float)), last_ckpt_time - t1,
+                   previous > 0 || t1 - t0 > 1e-3
+                       ? fmt::format(" (after waiting {:.3f} s for the previous write)", t1 - t0)
+                       : std::string());
     return previous;
+  }
+
+  /// The staging buffers of checkpoint.async: value, m and v of every shard
+  /// this rank writes. Allocated and touched once (at start-up), so no save
+  /// pays the page faults of fresh memory.
+  void ensure_staging() {
+    std::size_t total = 0;
+    for (const auto& t : ckpt->tensors())
+      if (t.writer) {
+        std::size_t n = 1;
+        for (auto c : t.count) n *= std::size_t(c);
+        total += 3 * n;
+      }
+    if (staging.extent(0) >= total) return;
+    staging = decltype(staging)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "checkpoint_staging"), total);
+    Kokkos::deep_copy(staging, 0.0f);
   }
 
   /// checkpoint.async: collects a finished save (`wait`: waits for the one
