@@ -87,6 +87,11 @@ int inspect(const std::string& path) {
     std::printf("last loss        not stored\n");
   else
     std::printf("last loss        %.6f (training loss of step %lld)\n", st.last_loss, static_cast<long long>(info.step));
+  if (st.has_guard_state)
+    std::printf("skipped steps    %lld (loss-spike guard; window of %zu steps stored)\n",
+                static_cast<long long>(st.skipped_steps), st.spike_window.size() / 2);
+  else
+    std::printf("skipped steps    not stored\n");
   std::printf("model identity   rope_theta=%s norm_eps=%s\n",
               info.has_rope_norm ? fmt_g(info.model.rope_theta).c_str() : "(not stored)",
               info.has_rope_norm ? fmt_g(info.model.norm_eps).c_str() : "(not stored)");

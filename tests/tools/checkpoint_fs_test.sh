@@ -31,7 +31,11 @@
 #              on a nearly full disk): refused at start-up, before step 1,
 #              on both ranks with "no space left on device for a checkpoint"
 #              and both figures.
-# full/full1/full2/fullz/readonly need root (mount); they exit 77 (ctest: skipped) where
+#   fault_async, full2_async: fault and full2 with checkpoint.async=true:
+#              the step-10 checkpoint fails inside the writer thread; the
+#              error reaches every rank's training thread (at the next step
+#              or when the run waits for the writer) with the same checks.
+# full/full1/full2/fullz/full2_async/readonly need root (mount); they exit 77 (ctest: skipped) where
 # tmpfs cannot be mounted.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -43,17 +47,19 @@ at_exit() { umount "$mnt" 2>/dev/null; }
 mkdir -p "$mnt"
 opts="size=4m"
 [ "$scenario" = full1 ] && opts="size=2700k"
-case "$scenario" in full2|fullz) opts="size=2700k" ;; esac
+case "$scenario" in full2|fullz|full2_async) opts="size=2700k" ;; esac
+extra=
+case "$scenario" in *_async) extra=--checkpoint.async=true ;; esac
 [ "$scenario" = readonly ] && opts="ro,size=1m"
 np=2 layout=--parallel.tp=2
 case "$scenario" in *1) np=1 layout=--parallel.tp=1 ;; fullz) layout="--parallel.dp=2 --parallel.zero=1" ;; esac
-if [ "$scenario" = fault ]; then
+if [ "$scenario" = fault ] || [ "$scenario" = fault_async ]; then
   export WLB4D_FAULT=ckpt_write:rank=1:after_bytes=1000000
 elif [ "$scenario" = fault1 ]; then
   export WLB4D_FAULT=ckpt_write:rank=0:after_bytes=2000000
 elif [ "$scenario" = nearly_full ]; then
   export WLB4D_FAULT=ckpt_free:bytes=100000
-elif { [ "$scenario" = full1 ] || [ "$scenario" = full2 ] || [ "$scenario" = fullz ]; } && mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
+elif { [ "$scenario" = full1 ] || [ "$scenario" = full2 ] || [ "$scenario" = fullz ] || [ "$scenario" = full2_async ]; } && mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
   export WLB4D_FAULT=ckpt_free:bytes=1000000000
 elif ! mount -t tmpfs -o "$opts" tmpfs "$mnt" 2>/dev/null; then
   echo "$test_label: cannot mount a tmpfs here (needs root): skipped"; exit 77
@@ -62,13 +68,14 @@ prep_tiny "$prep" "$src"
 dir=$mnt/ck
 [ "$scenario" = readonly ] && dir=$mnt
 run_timed 120 "$mpiexec" -n $np "$wlb4d" "$src/inputs/ci-tiny.ini" $layout --train.steps=12 \
-  --checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir="$dir"
+  --checkpoint.every=5 --checkpoint.at_end=false --checkpoint.dir="$dir" $extra
 printf '%s\n' "$out"
 expect_job_failed
 [ "$rc" -ge 128 ] && fail "the job died of signal $((rc - 128)) (rc $rc) instead of exiting with an error"
 out_has "H5F__close_cb\|Segmentation\|signal 11\|BAD TERMINATION" && fail "a crash was reported"
 case "$scenario" in
-  full|fault|full1|fault1|full2|fullz)
+  full|fault|full1|fault1|full2|fullz|fault_async|full2_async)
+    [ -z "$extra" ] || out_has "asynchronous checkpoints" || fail "the run did not write asynchronously"
     n=$(out_count "\[r[01]\].*no space left on device")
     [ "$n" -ge "$np" ] || fail "'no space left on device' from $n ranks, expected $np"
     expect_checkpoints_intact "$ckpt" "$mnt/ck" 5

@@ -34,8 +34,11 @@ Checked:
     balance/imbalance_attn, balance/imbalance_lat, balance/imbalance_cpu =
     max/mean compute_cpu, balance/core_attn_before/after (when
     ca_imbalance_before > 0), comm/{dp,tp}_{exposed,in_flight}_ms = max * 1e3,
-    time/step_ms = max t_total * 1e3, time/{eval,checkpoint,sample}_ms when > 0;
-  - --starts N: N event files; --expect-tag: the tag appears at some step.
+    time/step_ms = max t_total * 1e3, time/{eval,checkpoint,sample}_ms when > 0,
+    time/checkpoint_write_ms = max ckpt_write * 1e3 when > 0;
+  - --starts N: N event files; --expect-tag: the tag appears at some step;
+    --guard: the loss-spike guard was on, so every step also has
+    guard/skipped_steps = the CSV's skipped_steps.
 If the `tensorboard` package is importable, its EventAccumulator also reads
 TB_DIR and must give the same scalars; otherwise that part is skipped (said
 so). Exit 0 when all hold, 1 with the failures, 77 without numpy.
@@ -165,7 +168,7 @@ def decode_event(buf):
     return ev
 
 
-def expected(csv_path):
+def expected(csv_path, guard=False):
     """{step (1-based): {tag: float32}} from the CSV timing log."""
     by_step = {}
     with open(csv_path) as f:
@@ -191,13 +194,15 @@ def expected(csv_path):
              "time/step_ms": ttot * 1e3}
         if r0["mfu"] >= 0:
             e["train/mfu"] = r0["mfu"]
+        if guard:
+            e["guard/skipped_steps"] = r0["skipped_steps"]
         if r0["val_loss"] >= 0:
             e["val/loss"] = r0["val_loss"]
         if mx("ca_imbalance_before") > 0:
             e["balance/core_attn_before"] = mx("ca_imbalance_before")
             e["balance/core_attn_after"] = mx("ca_imbalance")
         for col, tag in (("t_eval", "time/eval_ms"), ("t_checkpoint", "time/checkpoint_ms"),
-                         ("t_sample", "time/sample_ms")):
+                         ("ckpt_write", "time/checkpoint_write_ms"), ("t_sample", "time/sample_ms")):
             if mx(col) > 0:
                 e[tag] = mx(col) * 1e3
         out[step + 1] = {k: np.float32(v) for k, v in e.items()}
@@ -214,6 +219,7 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--starts", type=int)
     ap.add_argument("--expect-tag", action="append", default=[])
+    ap.add_argument("--guard", action="store_true", help="train.skip_spike_z > 0: expect guard/skipped_steps")
     a = ap.parse_args()
     bad = []
     # The CRC itself, on RFC 3720's and the usual check value.
@@ -261,7 +267,7 @@ def main():
                 bad.append(f"{name}: step {e['step']} after step {prev}")
             prev = e["step"]
             merged[e["step"]] = dict(e["scalars"])
-    want = expected(a.csv)
+    want = expected(a.csv, a.guard)
     if sorted(merged) != sorted(want):
         bad.append(f"steps {sorted(merged)} in the event files, {sorted(want)} in the CSV (+1)")
     for step in sorted(set(merged) & set(want)):

@@ -292,6 +292,15 @@ const std::vector<KeySpec>& key_table() {
               "GEMM precision: fp32|bf16 (bf16 operands rounded to nearest even, fp32 accumulation; master "
               "weights, optimizer state, norms, softmax, loss and gradient sums stay fp32)",
               one_of({"fp32", "bf16"})),
+      WLB_KEY(double, train, skip_spike_z,
+              "loss-spike guard: skip the optimizer update of a step whose loss or grad norm is more than this many "
+              "standard deviations above the mean of the last train.skip_spike_window steps, on every rank alike "
+              "(0: off; e.g. 6)",
+              at_least(0.0)),
+      WLB_KEY(int, train, skip_spike_window, "loss-spike guard: steps in the running window (count)", at_least(2)),
+      WLB_KEY(int, train, skip_spike_warmup,
+              "loss-spike guard: values the window needs before it judges a step (count, 2..skip_spike_window)",
+              at_least(2)),
       // [checkpoint]
       WLB_KEY(std::string, checkpoint, dir, "checkpoint directory", any<std::string>()),
       WLB_KEY(int, checkpoint, every, "steps between checkpoints (0: off)", at_least(0)),
@@ -306,6 +315,12 @@ const std::vector<KeySpec>& key_table() {
               "import-hf): weights only, fresh optimizer, step 0; a checkpoint in checkpoint.dir (resume=auto) "
               "takes precedence, so a restarted job resumes; refused with resume=<path> (empty: off)",
               any<std::string>()),
+      WLB_KEY(bool, checkpoint, async,
+              "write checkpoints in the background: the step copies the state to host buffers (the blocking part, "
+              "t_checkpoint) and goes on while a writer thread writes, reads back and commits the same HDF5 file "
+              "(ckpt_write); `latest` moves only after the read-back; needs MPI_THREAD_MULTIPLE (else synchronous, "
+              "with a message)",
+              any<bool>()),
       WLB_KEY(bool, checkpoint, overwrite,
               "with resume=never: replace an earlier run's step files and latest in checkpoint.dir and its "
               "log.timing_file/log.csv_file (false: refuse the run, naming them)",
@@ -340,6 +355,14 @@ const std::vector<KeySpec>& key_table() {
               "memory, imbalance, exposed communication, step/checkpoint time, validation loss); rank 0 "
               "creates it and a new file per start (empty: off)",
               any<std::string>()),
+      WLB_KEY(double, log, straggler_factor,
+              "straggler flag: name a rank whose forward+backward time exceeds this factor x the median of its "
+              "pipeline stage's ranks for log.straggler_steps consecutive steps (0: off; e.g. 1.5; not an abort)",
+              [](const double& v) {
+                return v == 0 || v > 1 ? std::string() : std::string("must be 0 (off) or > 1");
+              }),
+      WLB_KEY(int, log, straggler_steps, "straggler flag: consecutive slow steps before a rank is named (count)",
+              at_least(1)),
       // [comm]
       WLB_KEY(std::string, comm, wait, "yield (MPI_Test + sched_yield; oversubscribed) | block",
               one_of({"yield", "block"})),
@@ -773,6 +796,10 @@ void validate(const Config& c) {
     fail(fmt::format("log.trace_json='{}' needs log.trace_step = N (the step it draws, 1..train.steps): no step "
                      "is traced with log.trace_step=0",
                      c.log.trace_json));
+  if (c.train.skip_spike_warmup > c.train.skip_spike_window)
+    fail(fmt::format("train.skip_spike_warmup={} must be <= train.skip_spike_window={} (the window holds at most "
+                     "that many values)",
+                     c.train.skip_spike_warmup, c.train.skip_spike_window));
   if (c.log.trace_step > c.train.steps)
     fail(fmt::format("log.trace_step={} must be 0 (off) or <= train.steps={} (a step the run reaches)",
                      c.log.trace_step, c.train.steps));

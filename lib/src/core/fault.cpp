@@ -15,8 +15,8 @@ namespace wlb::core {
 namespace {
 const char* const kForms =
     "expected stall:rank=R:step=S[:phase=step|forward|backward|ckpt_load|ckpt_save][:signal=STOP], "
-    "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], delay:rank=R:phase=P:seconds=N[:step=S], "
-    "ckpt_write:rank=R:after_bytes=N, ckpt_free:bytes=N or calib_load:sample=K:percent=P";
+    "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], delay:rank=R:phase=P:seconds=N|ms=N[:step=S], "
+    "ckpt_write:rank=R:after_bytes=N, ckpt_free:bytes=N, calib_load:sample=K:percent=P or spike:step=S:scale=X";
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw std::invalid_argument("WLB4D_FAULT='" + text + "': " + why + "; " + kForms);
@@ -60,7 +60,10 @@ void fire(const FaultSpec& f, const char* phase, int rank, std::int64_t step) {
   std::fflush(stderr);
   if (f.kind == "delay") {
     // sleep_for resumes after a signal (EINTR): the delay is the whole time.
-    std::this_thread::sleep_for(std::chrono::seconds(f.seconds));
+    if (f.ms >= 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
+    else
+      std::this_thread::sleep_for(std::chrono::seconds(f.seconds));
     return;
   }
   if (f.kind == "crash") {
@@ -83,7 +86,7 @@ FaultSpec parse_fault(const std::string& text) {
   const auto colon = text.find(':');
   f.kind = text.substr(0, colon);
   if (f.kind != "stall" && f.kind != "crash" && f.kind != "delay" && f.kind != "ckpt_write" && f.kind != "ckpt_free" &&
-      f.kind != "calib_load")
+      f.kind != "calib_load" && f.kind != "spike")
     bad(text, "unknown kind '" + f.kind + "'");
   std::size_t pos = colon;
   while (pos != std::string::npos) {
@@ -93,9 +96,9 @@ FaultSpec parse_fault(const std::string& text) {
     if (eq == std::string::npos) bad(text, "'" + kv + "' is not key=value");
     const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
     const bool step_kind = f.kind == "stall" || f.kind == "crash" || f.kind == "delay";
-    if (k == "rank" && f.kind != "ckpt_free" && f.kind != "calib_load") {
+    if (k == "rank" && f.kind != "ckpt_free" && f.kind != "calib_load" && f.kind != "spike") {
       f.rank = int(to_count(text, k, v));
-    } else if (k == "step" && step_kind) {
+    } else if (k == "step" && (step_kind || f.kind == "spike")) {
       f.step = to_count(text, k, v);
     } else if (k == "phase" && step_kind) {
       if (v != "step" && v != "forward" && v != "backward" && v != "calibrate" && v != "ckpt_load" &&
@@ -112,6 +115,10 @@ FaultSpec parse_fault(const std::string& text) {
       else bad(text, "signal='" + v + "' is not KILL, ABRT or SEGV");
     } else if (k == "seconds" && f.kind == "delay") {
       f.seconds = to_count(text, k, v);
+    } else if (k == "ms" && f.kind == "delay") {
+      f.ms = to_count(text, k, v);
+    } else if (k == "scale" && f.kind == "spike") {
+      f.scale = to_count(text, k, v);
     } else if (k == "after_bytes" && f.kind == "ckpt_write") {
       f.after_bytes = to_count(text, k, v);
     } else if (k == "bytes" && f.kind == "ckpt_free") {
@@ -125,14 +132,17 @@ FaultSpec parse_fault(const std::string& text) {
     }
     pos = next;
   }
-  if (f.kind != "ckpt_free" && f.kind != "calib_load" && f.rank < 0) bad(text, f.kind + " needs rank=R");
+  if (f.kind != "ckpt_free" && f.kind != "calib_load" && f.kind != "spike" && f.rank < 0)
+    bad(text, f.kind + " needs rank=R");
+  if (f.kind == "spike" && (f.step < 0 || f.scale < 1)) bad(text, "spike needs step=S and scale=X (X >= 1)");
   if (f.kind == "calib_load" && (f.sample < 0 || f.percent < 0))
     bad(text, "calib_load needs sample=K and percent=P");
   // ckpt_load and calibrate happen once per start, outside any step.
   const bool once = f.phase == "ckpt_load" || f.phase == "calibrate";
   if ((f.kind == "stall" || f.kind == "crash") && f.step < 0 && !once)
     bad(text, f.kind + " needs step=S (except at phase ckpt_load or calibrate)");
-  if (f.kind == "delay" && f.seconds < 0) bad(text, "delay needs seconds=N");
+  if (f.kind == "delay" && f.seconds < 0 && f.ms < 0) bad(text, "delay needs seconds=N (or ms=N)");
+  if (f.kind == "delay" && f.seconds >= 0 && f.ms >= 0) bad(text, "delay takes seconds=N or ms=N, not both");
   if (f.kind == "ckpt_write" && f.after_bytes < 0) bad(text, "ckpt_write needs after_bytes=N");
   if (f.kind == "ckpt_free" && f.free_bytes < 0) bad(text, "ckpt_free needs bytes=N");
   return f;
@@ -167,6 +177,11 @@ bool fault_write_fails(int world_rank, std::uint64_t bytes_after) {
 long long fault_free_bytes() {
   const FaultSpec& f = state().spec;
   return f.kind == "ckpt_free" ? f.free_bytes : -1;
+}
+
+double fault_loss_scale(std::int64_t step) {
+  const FaultSpec& f = state().spec;
+  return f.kind == "spike" && step == f.step ? double(f.scale) : 1.0;
 }
 
 double fault_calibration_scale(long long sample) {

@@ -14,6 +14,8 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -40,6 +42,7 @@ int world_size() {
 }
 
 namespace {
+int g_thread_provided = MPI_THREAD_SINGLE;
 // FNV-1a: the deck error's text, compared over ranks without sending it.
 std::uint64_t text_hash(const char* s) {
   std::uint64_t h = 1469598103934665603ull;
@@ -93,9 +96,27 @@ bool deck_error_said_once(MPI_Comm comm, int rank, const char* what) {
 }
 }  // namespace
 
+
+bool mpi_thread_multiple() { return g_thread_provided == MPI_THREAD_MULTIPLE; }
+
+const char* mpi_thread_level_name() {
+  switch (g_thread_provided) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "an unknown MPI thread level";
+  }
+}
+
 int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // MULTIPLE for the asynchronous checkpoint writer (checkpoint.async); the
+  // trainer falls back to synchronous saves where it is not provided.
+  const char* want = std::getenv("WLB4D_MPI_THREADS");
+  const bool funneled = want && std::strcmp(want, "funneled") == 0;
+  MPI_Init_thread(&argc, &argv, funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_MULTIPLE, &provided);
+  g_thread_provided = provided;
   const int rank = world_rank();
   int code = 0;
   bool abort_job = false;

@@ -194,6 +194,7 @@ void TokenDataset::Impl::open_common(hid_t fapl) {
 
 void TokenDataset::Impl::read_range(std::int64_t begin, std::int64_t count, token_t* out) const {
   if (count == 0) return;
+  const h5::ApiLock lock(h5::api_mutex());  // an asynchronous checkpoint writer may be using HDF5
   hsize_t start = static_cast<hsize_t>(begin), cnt = static_cast<hsize_t>(count);
   Handle fspace(h5::check(H5Scopy(tokens_space.get()), path, "H5Scopy"));
   h5::check_status(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), path,

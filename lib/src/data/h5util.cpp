@@ -27,6 +27,11 @@ bool Handle::reset() noexcept {
   return st >= 0;
 }
 
+std::recursive_mutex& api_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
 Quiet::Quiet() {
   H5Eget_auto2(H5E_DEFAULT, &fn_, &data_);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);

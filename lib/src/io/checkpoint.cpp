@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include <unistd.h>
@@ -99,7 +100,17 @@ struct CollectiveWrite {
   std::string err;
   H file, dxpl;
   std::vector<H> groups;
+  bool lock_steps = false;  // a writer thread beside the training thread: h5::api_mutex() per step
   static inline std::uint64_t written_bytes = 0;  // this process's checkpoint tensor bytes (fault hook)
+
+  /// f() under the HDF5 lock (and with HDF5's printing silenced) when
+  /// lock_steps: the training thread's HDF5 calls may come between two steps.
+  template <class F> bool locked(F&& f) {
+    if (!lock_steps) return f();
+    const h5::ApiLock lock(h5::api_mutex());
+    const h5::Quiet quiet;
+    return f();
+  }
 
   bool step_ok(bool ok, const std::string& what) {
     if (!ok && err.empty()) {
@@ -138,10 +149,9 @@ struct CollectiveWrite {
     return step_ok(true, "");
   }
 
-  bool root_attrs(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
+  bool root_attrs(const std::int32_t layout[4], const std::vector<TensorRef>& tensors, const TrainState& state,
                   const CheckpointInfo& info) {
     try {
-      const std::int32_t layout[4] = {grid.dp_size(), grid.pp_size(), grid.cp_size(), grid.tp_size()};
       write_root_attrs(file.get(), tmp, layout, tensors, state, info);
     } catch (const CheckpointError& e) {
       err = e.what();
@@ -196,7 +206,8 @@ struct CollectiveWrite {
       const auto chunk = chunk_dims(t.global_shape, t.shard_dim, tp);
       const float* bufs[3] = {t.value, t.m, t.v};
       for (int k = 0; k < 3; ++k)
-        if (!tensor_kind(t, kKinds[k] + t.name, chunk, bufs[k], i == 0 && k == 0)) return false;
+        if (!locked([&] { return tensor_kind(t, kKinds[k] + t.name, chunk, bufs[k], i == 0 && k == 0); }))
+          return false;
     }
     return true;
   }
@@ -225,6 +236,22 @@ struct CollectiveWrite {
       H ds(create_state(file.get(), e.name, e.type, 1));
       if (!step_ok(ds.valid(), std::string("cannot create dataset ") + e.name)) return false;
       const herr_t st = write_part(ds.get(), e.type, {0}, {1}, wc.rank() == 0 ? e.value : nullptr, dxpl.get());
+      ds.reset();
+      if (!step_ok(st >= 0, std::string(e.name) + ": collective write failed")) return false;
+    }
+    // The loss-spike guard's count and window (every rank knows the length: agreed state).
+    const struct {
+      const char* name;
+      hid_t type;
+      const void* value;
+      hsize_t n;
+    } guard[2] = {{kSkippedState, H5T_NATIVE_INT64, &state.skipped_steps, 1},
+                  {kSpikeWindowState, H5T_NATIVE_DOUBLE, state.spike_window.data(), state.spike_window.size()}};
+    for (const auto& e : guard) {
+      H ds(create_state(file.get(), e.name, e.type, e.n));
+      if (!step_ok(ds.valid(), std::string("cannot create dataset ") + e.name)) return false;
+      const herr_t st = write_part(ds.get(), e.type, {0}, {std::int64_t(e.n)},
+                                   wc.rank() == 0 && e.n > 0 ? e.value : nullptr, dxpl.get());
       ds.reset();
       if (!step_ok(st >= 0, std::string(e.name) + ": collective write failed")) return false;
     }
@@ -259,6 +286,7 @@ struct CollectiveWrite {
       const bool closed = file.reset();  // collective
       step_ok(closed, "H5Fclose failed");
     }
+    dxpl.reset();
   }
 };
 
@@ -268,10 +296,9 @@ struct CollectiveWrite {
 /// matters: HDF5's internal collectives block (busy-poll), and with 8 ranks
 /// on 2 cores an all-rank checkpoint of the quickstart model took 70 s.
 /// Returns this rank's error ("" if none); not yet agreed over all ranks.
-std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRef>& tensors, const TrainState& state,
-                       const CheckpointInfo& info, const std::string& tmp, std::uint64_t digest,
-                       std::uint64_t bytes) {
-  const auto& w = grid.world();
+std::string write_file(const comm::Communicator& w, const std::int32_t layout[4],
+                       const std::vector<TensorRef>& tensors, const TrainState& state, const CheckpointInfo& info,
+                       const std::string& tmp, std::uint64_t digest, std::uint64_t bytes, bool lock_steps) {
   bool is_writer = w.rank() == 0;
   for (const auto& t : tensors) is_writer = is_writer || t.writer;
   std::optional<comm::Communicator> sub;
@@ -281,11 +308,17 @@ std::string write_file(const grid::ProcessGrid& grid, const std::vector<TensorRe
     throw CheckpointError(prefix(tmp) + "MPI_Comm_split of the writer ranks failed");
   }
   if (!sub) return "";
-  CollectiveWrite cw{*sub, tmp, w.rank(), bytes, "", H(), H(), {}};
-  const bool good = cw.create() && (core::fault_point("ckpt_save", w.rank(), state.step), true) && cw.root_attrs(grid, tensors, state, info) && cw.create_groups() &&
-                    cw.write_tensors(tensors, grid.tp_size()) && cw.write_state(state, digest) &&
-                    cw.write_tokenizer(info);
-  cw.finish(good);
+  CollectiveWrite cw{*sub, tmp, w.rank(), bytes, "", H(), H(), {}, lock_steps};
+  const bool good = cw.locked([&] { return cw.create(); }) &&
+                    (core::fault_point("ckpt_save", w.rank(), state.step), true) &&
+                    cw.locked([&] { return cw.root_attrs(layout, tensors, state, info); }) &&
+                    cw.locked([&] { return cw.create_groups(); }) && cw.write_tensors(tensors, layout[3]) &&
+                    cw.locked([&] { return cw.write_state(state, digest); }) &&
+                    cw.locked([&] { return cw.write_tokenizer(info); });
+  cw.locked([&] {
+    cw.finish(good);
+    return true;
+  });
   return cw.err;
 }
 
@@ -324,7 +357,13 @@ void check_checkpoint_dir(const std::string& dir, const comm::Communicator& worl
 std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::ProcessGrid& grid,
                             const std::vector<TensorRef>& tensors, const TrainState& state,
                             const CheckpointInfo& info) {
-  const auto& w = grid.world();
+  const std::int32_t layout[4] = {grid.dp_size(), grid.pp_size(), grid.cp_size(), grid.tp_size()};
+  return save_checkpoint(cc, grid.world(), layout, tensors, state, info, SaveOptions{});
+}
+
+std::string save_checkpoint(const core::CheckpointConfig& cc, const comm::Communicator& w, const std::int32_t layout[4],
+                            const std::vector<TensorRef>& tensors, const TrainState& state, const CheckpointInfo& info,
+                            const SaveOptions& opt) {
   const std::string final_path = checkpoint_path(cc.dir, state.step);
   const std::string tmp = final_path + ".tmp";
   // The phase deadline (comm.timeout_s without progress): HDF5's collective
@@ -335,7 +374,8 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
     return std::remove(tmp.c_str()) == 0 ? "removed " + tmp + "; `latest` and the previous checkpoints are unchanged"
                                          : std::string("`latest` and the previous checkpoints are unchanged");
   });
-  h5::Quiet quiet;
+  std::optional<h5::Quiet> quiet;
+  if (!opt.background) quiet.emplace();  // in the background: per locked step (CollectiveWrite::locked)
   comm::phase_progress("checking the tensor list");
   // 1. Arguments: same tensor list everywhere, writers cover every element once.
   check_arguments(w, tensors, tmp);
@@ -348,13 +388,24 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::Proces
   // 3. The content digest (all ranks), then the file, written by the writer
   //    ranks; errors agreed by everyone.
   const std::uint64_t digest = w.allreduce_value(local_digest(tensors), comm::ReduceOp::Sum) + digest_state(state);
-  std::string err = write_file(grid, tensors, state, info, tmp, digest, bytes);
+  std::string err = write_file(w, layout, tensors, state, info, tmp, digest, bytes, opt.background);
   comm::phase_progress("agreeing on the outcome of the write");
   w.barrier();
   err = comm::agree(w, err);
   if (!err.empty()) {
     if (w.rank() == 0) std::remove(tmp.c_str());
     throw CheckpointError(err);
+  }
+  // 3b. Read back before `latest` may name it (checkpoint.async): every
+  //     checksum and the content digest, the datasets shared over the ranks.
+  if (opt.verify) {
+    comm::phase_progress("verifying the written file");
+    try {
+      verify_collective(tmp, w, opt.background);
+    } catch (const CheckpointError& e) {
+      if (w.rank() == 0) std::remove(tmp.c_str());
+      throw CheckpointError(std::string(e.what()) + " (read back before the commit; `latest` is unchanged)");
+    }
   }
   // 4. Commit (rank 0), agreed.
   comm::phase_progress("committing (rename, `latest`)");
@@ -552,7 +603,16 @@ VerifyResult verify_checkpoint(const std::string& path) {
 }
 
 VerifyResult verify_checkpoint(const std::string& path, const comm::Communicator& world) {
-  VerifyPart p = verify_part(path, world.rank(), world.size());
+  return verify_collective(path, world, false);
+}
+
+VerifyResult ckpt::verify_collective(const std::string& path, const comm::Communicator& world, bool lock) {
+  VerifyPart p;
+  {
+    std::optional<h5::ApiLock> l;
+    if (lock) l.emplace(h5::api_mutex());
+    p = verify_part(path, world.rank(), world.size());
+  }
   const std::string err = comm::agree(world, p.err);
   if (!err.empty()) throw CheckpointError(err);
   const std::uint64_t sum = world.allreduce_value(p.sum, comm::ReduceOp::Sum);
@@ -651,6 +711,16 @@ void save_weights_checkpoint(const std::string& path, CheckpointInfo info, const
       H ds(create_state(file.get(), e.name, e.type, 1));
       ok(ds.valid() && H5Dwrite(ds.get(), e.type, H5S_ALL, H5S_ALL, H5P_DEFAULT, e.value) >= 0,
          std::string("cannot write ") + e.name);
+    }
+    {
+      H ds(create_state(file.get(), kSkippedState, H5T_NATIVE_INT64, 1));
+      ok(ds.valid() && H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &state.skipped_steps) >= 0,
+         std::string("cannot write ") + kSkippedState);
+      H dw(create_state(file.get(), kSpikeWindowState, H5T_NATIVE_DOUBLE, state.spike_window.size()));
+      ok(dw.valid(), std::string("cannot write ") + kSpikeWindowState);
+      if (!state.spike_window.empty())
+        ok(H5Dwrite(dw.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, state.spike_window.data()) >= 0,
+           std::string("cannot write ") + kSpikeWindowState);
     }
     if (!info.tokenizer_model.empty()) {
       ok(H(H5Gcreate2(file.get(), kTokenizerGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)).valid(),

@@ -55,6 +55,10 @@ constexpr int kPackerState = 5;
 /// Optional /state datasets (absent in older files): float64 [1], uint64 [1].
 inline constexpr const char* kLastLossState = "/state/last_loss";
 inline constexpr const char* kDigestState = "/state/digest";
+/// Optional /state datasets of the loss-spike guard (absent in older files):
+/// int64 [1], float64 [2n] (TrainState::skipped_steps, spike_window).
+inline constexpr const char* kSkippedState = "/state/skipped_steps";
+inline constexpr const char* kSpikeWindowState = "/state/spike_window";
 /// The serialized sentencepiece model (optional: sentencepiece only; absent in older files).
 inline constexpr const char* kTokenizerGroup = "/tokenizer";
 inline constexpr const char* kTokenizerModel = "/tokenizer/model";
@@ -132,6 +136,9 @@ struct VerifyPart {
 /// Verifies datasets i with i % size == rank of the file (tensors x 3 kinds,
 /// then /state).
 VerifyPart verify_part(const std::string& path, int rank, int size);
+/// verify_checkpoint(path, world); `lock`: this rank's reads under
+/// h5::api_mutex() (from the asynchronous writer thread).
+VerifyResult verify_collective(const std::string& path, const comm::Communicator& world, bool lock);
 
 // ---- file system (checkpoint_commit.cpp) -----------------------------------------------
 

@@ -259,6 +259,14 @@ std::uint64_t digest_state(const TrainState& s) {
   std::uint64_t loss_bits;
   std::memcpy(&loss_bits, &s.last_loss, sizeof loss_bits);
   v.push_back(loss_bits);
+  if (s.has_guard_state) {
+    v.push_back(std::uint64_t(s.skipped_steps));
+    for (double x : s.spike_window) {
+      std::uint64_t b;
+      std::memcpy(&b, &x, sizeof b);
+      v.push_back(b);
+    }
+  }
   return core::splitmix64(core::fnv1a_u64_le(v.data(), v.size()));
 }
 
@@ -339,6 +347,20 @@ TrainState read_state(hid_t file, const std::string& path, hid_t dxpl) {
     H ds = open_expected(file, kLastLossState, path, {1}, "the format");
     require_class(ds.get(), H5T_FLOAT, kLastLossState, path);
     read_part(ds.get(), H5T_NATIVE_DOUBLE, {0}, {1}, &s.last_loss, dxpl, kLastLossState, path);
+  }
+  s.has_guard_state = h5::exists(file, kSkippedState) && h5::exists(file, kSpikeWindowState);
+  if (s.has_guard_state) {
+    s.skipped_steps = one(read_state_vec(file, kSkippedState, H5T_NATIVE_INT64, path, dxpl), kSkippedState, path);
+    std::vector<std::int64_t> dims;
+    H ds = open_dataset(file, kSpikeWindowState, path, &dims);
+    require_class(ds.get(), H5T_FLOAT, kSpikeWindowState, path);
+    const hsize_t stored = H5Dget_storage_size(ds.get());
+    if (dims.size() != 1 || dims[0] % 2 != 0 || hsize_t(dims[0]) > stored / sizeof(double) + (dims[0] == 0))
+      fail(path, std::string(kSpikeWindowState) + " has shape " + shape_string(dims) +
+                     " but holds (loss, grad norm) pairs: an even 1-D length within the " + std::to_string(stored) +
+                     " bytes stored");
+    s.spike_window.assign(std::size_t(dims[0]), 0.0);
+    read_part(ds.get(), H5T_NATIVE_DOUBLE, {0}, dims, s.spike_window.data(), dxpl, kSpikeWindowState, path);
   }
   return s;
 }

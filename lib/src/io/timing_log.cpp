@@ -29,7 +29,7 @@ namespace h5 = data::h5;
 using h5::Handle;
 using core::DataError;
 
-constexpr int kFormatVersion = 6;
+constexpr int kFormatVersion = 7;
 const char* const kNames[kNumCategories] = {"plan",     "data",     "forward",   "backward",
                                             "p2p_wait", "tp_comm",  "cp_comm",   "dp_reduce",
                                             "optimizer", "checkpoint", "eval",   "sample", "total"};
@@ -95,7 +95,8 @@ const std::vector<Field>& step_fields() {
                     WLB_FIELD(R, dp_in_flight), WLB_FIELD(R, tp_exposed), WLB_FIELD(R, tp_in_flight),
                     WLB_FIELD(R, ca_cost_before), WLB_FIELD(R, ca_cost_after), WLB_FIELD(R, ca_imbalance_before),
                     WLB_FIELD(R, ca_imbalance),
-                    WLB_FIELD(R, ca_bytes), WLB_FIELD(R, ca_exposed)})
+                    WLB_FIELD(R, ca_bytes), WLB_FIELD(R, ca_exposed), WLB_FIELD(R, skipped),
+                    WLB_FIELD(R, skipped_steps), WLB_FIELD(R, ckpt_write)})
       f.push_back(x);
     return f;
   }();
@@ -433,6 +434,7 @@ std::vector<TimingRecord> TimingLog::append(const TimingRecord& mine) {
   w.allgather(reinterpret_cast<const char*>(&mine), reinterpret_cast<char*>(all.data()), sizeof(TimingRecord));
   if (w.rank() == 0) {
     if (impl_->file.valid()) {
+      const h5::ApiLock lock(h5::api_mutex());  // an asynchronous checkpoint writer may be using HDF5
       append_rows(impl_->steps.get(), impl_->rtype.get(), all.data(), all.size());
       H5Fflush(impl_->file.get(), H5F_SCOPE_LOCAL);
     }
@@ -460,6 +462,7 @@ std::vector<TraceRecord> TimingLog::append_trace(const std::vector<TraceRecord>&
                counts, displs);
   if (w.rank() != 0) return {};
   if (impl_->file.valid() && !all.empty()) {
+    const h5::ApiLock lock(h5::api_mutex());
     auto& I = *impl_;
     if (!I.trace.valid()) {
       h5::Quiet quiet;

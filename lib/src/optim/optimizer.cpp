@@ -306,12 +306,16 @@ void Optimizer::allgather_parameters() const {
   }
 }
 
-UpdateResult Optimizer::step(std::int64_t step, double loss) {
+UpdateResult Optimizer::step(std::int64_t step, double loss, const std::function<bool(const UpdateResult&)>& skip) {
   UpdateResult r;
   r.grad_norm = global_grad_norm();
   check_finite(step, loss, r.grad_norm);
   r.lr = lr_at(cfg_, int(step), total_steps_);
   r.clip_factor = clip_factor(r.grad_norm, cfg_.grad_clip);
+  if (skip && skip(r)) {
+    r.skipped = true;
+    return r;
+  }
   apply_adamw(step, r.lr, r.clip_factor);
   allgather_parameters();
   return r;

@@ -281,12 +281,12 @@ void Executor::bind_cp(int mb) {
 }
 
 void Executor::forward(const Action& a, bool backward, RunStats& st) {
-  core::fault_point("forward");  // tests only (WLB4D_FAULT)
   auto& L = *loaded_;
   const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
   auto& chunk = *chunks_[vs];
   const int slot = a.micro_batch % slots_;
   timed_compute(st.forward_s, st.compute_cpu_s, [&] {
+    core::fault_point("forward");  // tests only (WLB4D_FAULT; a delay here is a slow device)
     bind_cp(a.micro_batch);
     auto out = chunk.forward(slot, L.inputs[mb], L.recv_act[vs][mb]);
     if (chunk.stage().head) L.loss_sum += out.loss;
@@ -300,12 +300,12 @@ void Executor::forward(const Action& a, bool backward, RunStats& st) {
 }
 
 void Executor::backward(const Action& a, double grad_scale, RunStats& st) {
-  core::fault_point("backward");  // tests only (WLB4D_FAULT)
   auto& L = *loaded_;
   const std::size_t vs = std::size_t(a.virtual_stage), mb = std::size_t(a.micro_batch);
   auto& chunk = *chunks_[vs];
   const std::int64_t T = hidden_rows(mb), d = cfg_.model.d_model;
   timed_compute(st.backward_s, st.compute_cpu_s, [&] {
+    core::fault_point("backward");  // tests only (WLB4D_FAULT; a delay here is a slow device)
     bind_cp(a.micro_batch);
     auto gin = split_w_ ? chunk.backward_input(a.micro_batch % slots_, a.micro_batch % wslots_, L.inputs[mb],
                                                L.recv_grad[vs][mb], grad_scale)

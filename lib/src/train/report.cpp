@@ -55,6 +55,7 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all) {
     f.eval = std::max(f.eval, r.time[io::kEval]);
     f.checkpoint = std::max(f.checkpoint, r.time[io::kCheckpoint]);
     f.sample = std::max(f.sample, r.time[io::kSample]);
+    f.ckpt_write = std::max(f.ckpt_write, r.ckpt_write);
     const double c = r.time[io::kForward] + r.time[io::kBackward];
     tmin = std::min(tmin, c);
     f.compute_max = std::max(f.compute_max, c);
@@ -96,6 +97,7 @@ std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigu
   v.push_back({"time/step_ms", last.seconds * 1e3});
   if (f.eval > 0) v.push_back({"time/eval_ms", f.eval * 1e3});
   if (f.checkpoint > 0) v.push_back({"time/checkpoint_ms", f.checkpoint * 1e3});
+  if (f.ckpt_write > 0) v.push_back({"time/checkpoint_write_ms", f.ckpt_write * 1e3});
   if (f.sample > 0) v.push_back({"time/sample_ms", f.sample * 1e3});
   return v;
 }
@@ -128,14 +130,18 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
                                                                          : f.rss_mib);
   const std::string extra = (f.eval > 0 ? fmt::format(" | eval {:.0f} ms", f.eval * 1e3) : std::string()) +
                             (f.checkpoint > 0 ? fmt::format(" | ckpt {:.0f} ms", f.checkpoint * 1e3) : std::string()) +
+                            (f.ckpt_write > 0 ? fmt::format(" | ckpt write {:.0f} ms (background)", f.ckpt_write * 1e3)
+                                              : std::string()) +
                             (f.sample > 0 ? fmt::format(" | sample {:.0f} ms", f.sample * 1e3) : std::string());
+  const std::string skip =
+      last.skipped ? fmt::format(" | SKIPPED (z loss {:.1f} grad {:.1f})", last.z_loss, last.z_grad) : std::string();
   return fmt::format(
-      "[{}] step {:>5}/{} | loss {:.4f}{} lr {:.2e} gnorm {:.3f} | samples {} skipped {} | {:.0f} tok/s/dev {:.3g} "
-      "TFLOP/s/dev{} | {} | step {:.0f} ms{}",
+      "[{}] step {:>5}/{} | loss {:.4f}{} lr {:.2e} gnorm {:.3f}{} | samples {} skipped {} | {:.0f} tok/s/dev {:.3g} "
+      "TFLOP/s/dev{} | {} | step {:.0f} ms{}{}",
       ctx.timestamp.empty() ? step_timestamp(std::time(nullptr)) : ctx.timestamp, last.step + 1, ctx.total_steps,
-      last.loss, val, last.lr, last.grad_norm, human_count(double(last.samples)), last.skipped_steps,
+      last.loss, val, last.lr, last.grad_norm, skip, human_count(double(last.samples)), last.skipped_steps,
       w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-12, mfu, mem,
-      last.seconds * 1e3, extra);
+      last.seconds * 1e3, extra, ctx.stragglers);
 }
 
 std::string format_detail_line(const StepResult& last, const std::vector<io::TimingRecord>& all,

@@ -9,6 +9,7 @@
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/fault.hpp"
 #include "wlb4d/core/memory.hpp"
+#include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/profiling.hpp"
 #include "wlb4d/core/version.hpp"
 #include "wlb4d/core/signals.hpp"
@@ -27,6 +28,7 @@
 #include "wlb4d/pipeline/executor.hpp"
 #include "wlb4d/pipeline/memory_model.hpp"
 #include "wlb4d/train/calibrate.hpp"
+#include "wlb4d/train/guards.hpp"
 #include "wlb4d/train/report.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -205,6 +207,16 @@ struct Trainer::Impl {
   io::RunIdentity identity;                 // the timing log's; the trace JSON names the run with it
   double last_loss = std::numeric_limits<double>::quiet_NaN();  // loss of the last step run (checkpointed)
   pipeline::MemoryEstimate mem;  // this rank's predicted peak (memory model)
+  std::optional<SpikeGuard> spike;       // train.skip_spike_z > 0
+  std::int64_t skipped_steps = 0;        // updates the guard skipped (checkpointed)
+  std::optional<StragglerFlag> straggler;  // rank 0, log.straggler_factor > 0
+#ifdef KOKKOS_ENABLE_CUDA
+  using StagingSpace = Kokkos::CudaHostPinnedSpace;  // page-locked: fast device -> host copies
+#else
+  using StagingSpace = Kokkos::HostSpace;
+#endif
+  Kokkos::View<float*, StagingSpace> staging;  // checkpoint.async: this rank's written shards (value, m, v)
+  std::unique_ptr<io::AsyncCheckpointWriter> writer;  // checkpoint.async with MPI_THREAD_MULTIPLE; before staging dies
   // checkpoint.resume's answer, looked up once (verifying a checkpoint reads
   // all of it): by the cost model first under balance.calibrate, else by resume().
   std::optional<std::optional<std::string>> resume_lookup;
@@ -282,8 +294,34 @@ struct Trainer::Impl {
       dir_lock.acquire(ck.dir, g.world());
       io::check_checkpoint_dir(ck.dir, g.world(), io::checkpoint_bytes_estimate(ckpt->tensors()));
     }
+    if (ck.async && core::mpi_thread_multiple()) {
+      const std::int32_t layout[4] = {g.dp_size(), g.pp_size(), g.cp_size(), g.tp_size()};
+      writer = std::make_unique<io::AsyncCheckpointWriter>(g.world(), layout);  // collective
+      ensure_staging();
+      if (g.rank() == 0)
+        spdlog::info("asynchronous checkpoints: the step stages the state to host memory, a writer thread writes, "
+                     "reads back and commits the file (MPI_THREAD_MULTIPLE)");
+    } else if (ck.async && g.rank() == 0) {
+      spdlog::warn("checkpoint.async=true needs MPI_THREAD_MULTIPLE (the writer thread calls MPI-IO on its own "
+                   "communicator), but this MPI library provides {}: checkpoints are written synchronously",
+                   core::mpi_thread_level_name());
+    }
     guard_earlier_outputs(ck.every > 0 || ck.every_minutes > 0 || ck.at_end);
     last_ckpt_time = core::wall_seconds();
+    const auto& t = c.train;
+    if (t.skip_spike_z > 0) {
+      spike.emplace(t.skip_spike_z, t.skip_spike_window, t.skip_spike_warmup);
+      if (g.rank() == 0)
+        spdlog::info("loss-spike guard: a step whose loss or grad norm is more than {} standard deviations above "
+                     "the mean of the last {} steps skips its update (judged from {} steps on)",
+                     t.skip_spike_z, t.skip_spike_window, t.skip_spike_warmup);
+    }
+    if (c.log.straggler_factor > 0 && g.rank() == 0) {
+      straggler.emplace(c.log.straggler_factor, c.log.straggler_steps);
+      spdlog::info("straggler flag: a rank whose forward+backward time exceeds {}x the median of its pipeline "
+                   "stage's ranks for {} consecutive steps is named",
+                   c.log.straggler_factor, c.log.straggler_steps);
+    }
   }
 
   /// checkpoint.resume=never starts at step 0, so an earlier run's
@@ -530,10 +568,15 @@ struct Trainer::Impl {
     return target_tokens > 0 ? loss_sum / double(target_tokens) : 0.0;
   }
 
-  StepResult result(const balance::StepPlan& plan, double loss, const optim::UpdateResult& upd) const {
+  StepResult result(const balance::StepPlan& plan, double loss, const optim::UpdateResult& upd,
+                    const SpikeDecision& guard) const {
     StepResult res;
     res.step = step;
     res.loss = loss;
+    res.skipped = upd.skipped;
+    res.z_loss = guard.z_loss;
+    res.z_grad = guard.z_grad;
+    res.skipped_steps = skipped_steps;
     res.grad_norm = upd.grad_norm;
     res.lr = upd.lr;
     res.tokens = plan.tokens;
@@ -567,6 +610,8 @@ struct Trainer::Impl {
     rec.delay_mean = metrics.mean_delay_steps;
     rec.delay_max = double(metrics.max_delay_steps);
     rec.tokens_seen = tokens_seen;
+    rec.skipped = res.skipped ? 1 : 0;
+    rec.skipped_steps = res.skipped_steps;
     rec.rss_mib = peak_rss_mib();
     rec.mfu = peak.flops > 0 ? rec.gflops * 1e9 / double(grid.world().size()) / peak.flops : -1.0;
   }
@@ -591,8 +636,26 @@ struct Trainer::Impl {
 
   /// Global grad norm, NaN/inf check, clip and AdamW (collective), then the
   /// bf16 weight copies marked stale for the next forward.
-  optim::UpdateResult update(double loss) {
-    const optim::UpdateResult upd = opt->step(step, loss);
+  optim::UpdateResult update(double loss, SpikeDecision* guard) {
+    std::function<bool(const optim::UpdateResult&)> skip;
+    if (spike)
+      skip = [&](const optim::UpdateResult& u) {
+        *guard = spike->observe(loss, u.grad_norm);
+        // The loss and the norm are equal on every rank already; agreeing
+        // on the decision keeps every rank's update (or skip) alike anyway.
+        const int any = grid.world().allreduce_value(guard->skip ? 1 : 0, comm::ReduceOp::Max);
+        guard->skip = any != 0;
+        return guard->skip;
+      };
+    const optim::UpdateResult upd = opt->step(step, loss, skip);
+    if (upd.skipped) {
+      ++skipped_steps;
+      if (grid.rank() == 0)
+        spdlog::warn("step {}: loss spike: loss {:.4f} (z = {:.1f}), grad norm {:.4g} (z = {:.1f}) beyond "
+                     "train.skip_spike_z={} (window of {} steps): update skipped on every rank ({} skipped so far)",
+                     step + 1, loss, guard->z_loss, upd.grad_norm, guard->z_grad, cfg.train.skip_spike_z,
+                     cfg.train.skip_spike_window, skipped_steps);
+    }
     for (auto& chunk : exec->chunks()) chunk->mark_weights_updated();
     Kokkos::fence();
     return upd;
@@ -682,11 +745,32 @@ struct Trainer::Impl {
   void write_scalars(const StepResult& last, const std::vector<io::TimingRecord>& all) {
     if (!tb) return;
     try {
-      tb->add_scalars(last.step + 1, step_scalars(last, step_figures(all)));
+      auto v = step_scalars(last, step_figures(all));
+      if (spike) v.push_back({"guard/skipped_steps", double(last.skipped_steps)});
+      tb->add_scalars(last.step + 1, v);
     } catch (const std::exception& e) {
       spdlog::warn("{}; no more TensorBoard scalars this run (training goes on)", e.what());
       tb.reset();
     }
+  }
+
+  /// Rank 0 with log.straggler_factor: the ranks slow for
+  /// log.straggler_steps consecutive steps after step `s` (0-based), from
+  /// every rank's timing record of it; a rank named for the first time in
+  /// its streak gets a warning naming its grid coordinates.
+  std::vector<Straggler> observe_stragglers(std::int64_t s, const std::vector<io::TimingRecord>& all) {
+    if (!straggler) return {};
+    std::vector<Straggler> newly;
+    auto slow = straggler->observe(all, &newly);
+    for (const auto& x : newly) {
+      const auto& r = all.at(std::size_t(x.rank));
+      spdlog::warn("straggler: rank {} (dp={} pp={} cp={} tp={}) computed {:.1f}x the median of its pipeline "
+                   "stage's ranks for {} consecutive steps (step {}: {:.0f} ms forward+backward; "
+                   "log.straggler_factor={}); training goes on",
+                   x.rank, r.dp, r.pp, r.cp, r.tp, x.ratio, x.steps, s + 1,
+                   (r.time[io::kForward] + r.time[io::kBackward]) * 1e3, cfg.log.straggler_factor);
+    }
+    return slow;
   }
 
   /// Fixed order, fixed packing: the first eval_tokens tokens of the validation
@@ -772,6 +856,82 @@ struct Trainer::Impl {
       CheckpointState& s;
       ~Release() { s.release(); }
     } release{*ckpt};
+    const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), train_state(), ckpt_info());
+    last_ckpt_time = core::wall_seconds();
+    if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
+    return path;
+  }
+
+  /// checkpoint.async: the blocking part. Waits for the save in flight (one
+  /// at a time), copies this rank's written shards (values, AdamW moments)
+  /// into `staging`, and hands them to the writer thread. Collective.
+  /// Returns the write seconds of the previous save when it was collected here.
+  double save_checkpoint_async() {
+    const double t0 = core::wall_seconds();
+    const double previous = collect_async(true);  // a second save waits for the first
+    const double t1 = core::wall_seconds();
+    Kokkos::fence();
+    ckpt->pull();
+    std::vector<io::TensorRef> refs = ckpt->tensors();
+    ensure_staging();
+    float* p = staging.data();
+    for (auto& t : refs) {
+      if (!t.writer) {
+        t.value = t.m = t.v = nullptr;  // not read: one writer per element
+        continue;
+      }
+      std::size_t n = 1;
+      for (auto c : t.count) n *= std::size_t(c);
+      for (float** b : {&t.value, &t.m, &t.v}) {
+        std::memcpy(p, *b, n * sizeof(float));
+        *b = p;
+        p += n;
+      }
+    }
+    ckpt->release();
+    writer->start(cfg.checkpoint, std::move(refs), train_state(), ckpt_info());
+    last_ckpt_time = core::wall_seconds();
+    if (grid.rank() == 0)
+      spdlog::info("checkpoint of step {}: {} staged to host memory in {:.3f} s{}; writing in the background", step,
+                   core::format_bytes(double(p - staging.data()) * sizeof(float)), last_ckpt_time - t1,
+                   previous > 0 || t1 - t0 > 1e-3
+                       ? fmt::format(" (after waiting {:.3f} s for the previous write)", t1 - t0)
+                       : std::string());
+    return previous;
+  }
+
+  /// The staging buffers of checkpoint.async: value, m and v of every shard
+  /// this rank writes. Allocated and touched once (at start-up), so no save
+  /// pays the page faults of fresh memory.
+  void ensure_staging() {
+    std::size_t total = 0;
+    for (const auto& t : ckpt->tensors())
+      if (t.writer) {
+        std::size_t n = 1;
+        for (auto c : t.count) n *= std::size_t(c);
+        total += 3 * n;
+      }
+    if (staging.extent(0) >= total) return;
+    staging = decltype(staging)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "checkpoint_staging"), total);
+    Kokkos::deep_copy(staging, 0.0f);
+  }
+
+  /// checkpoint.async: collects a finished save (`wait`: waits for the one
+  /// in flight). Returns the seconds the writer thread took (0: none
+  /// collected). Collective. \throws core::CheckpointError (every rank) when
+  /// the save failed: the previous checkpoint and `latest` are unchanged.
+  double collect_async(bool wait) {
+    if (!writer || !writer->in_flight()) return 0;
+    if (!wait && !writer->done(grid.world())) return 0;
+    const auto r = writer->wait();
+    if (!r->error.empty()) throw core::CheckpointError(r->error);
+    if (grid.rank() == 0)
+      spdlog::info("checkpoint {} written (step {}; in the background: {:.2f} s to write, read back and commit)",
+                   r->path, r->step, r->seconds);
+    return r->seconds;
+  }
+
+  io::TrainState train_state() const {
     io::TrainState st;
     st.step = step;
     st.tokens_seen = tokens_seen;
@@ -780,6 +940,12 @@ struct Trainer::Impl {
     st.packer_state = packer->save_state();
     st.seed = cfg.train.seed;
     st.last_loss = last_loss;
+    st.skipped_steps = skipped_steps;
+    if (spike) st.spike_window = spike->window_pairs();
+    return st;
+  }
+
+  io::CheckpointInfo ckpt_info() const {
     io::CheckpointInfo info;
     info.deck = core::to_ini(cfg);
     info.dataset_identity = train_ds.identity();
@@ -795,10 +961,7 @@ struct Trainer::Impl {
     info.eos_id = train_ds.eos_id();
     info.bos_id = tokenizer_bos;
     info.tokenizer_model = train_ds.tokenizer_model();
-    const std::string path = io::save_checkpoint(cfg.checkpoint, grid, ckpt->tensors(), st, info);
-    last_ckpt_time = core::wall_seconds();
-    if (grid.rank() == 0) spdlog::info("checkpoint {} written (step {})", path, step);
-    return path;
+    return info;
   }
 
   /// checkpoint.init_from: the values of any checkpoint (any layout; weights
@@ -836,6 +999,8 @@ struct Trainer::Impl {
     step = r.state.step;
     tokens_seen = r.state.tokens_seen;
     last_loss = r.state.last_loss;
+    skipped_steps = r.state.skipped_steps;
+    if (spike) spike->restore(r.state.spike_window);
     stream.restore({r.state.stream_epoch, r.state.stream_position});
     packer->load_state(r.state.packer_state);
     if (grid.rank() == 0) {
@@ -939,8 +1104,9 @@ StepResult Trainer::step() {
   I.load(plan);
   rec.time[io::kData] = data_phase.end();
   Phase run_phase = I.phase(kPhaseRun, s, traced);
-  const auto run =
-      I.exec->run(/*backward=*/true, plan.target_tokens > 0 ? 1.0 / double(plan.target_tokens) : 0.0, traced);
+  const double spike_scale = core::fault_loss_scale(I.step);  // tests only (WLB4D_FAULT=spike)
+  const auto run = I.exec->run(/*backward=*/true,
+                               plan.target_tokens > 0 ? spike_scale / double(plan.target_tokens) : 0.0, traced);
   add_run_stats(rec, run);
   if (traced) I.keep_trace(run);
   Kokkos::fence();
@@ -955,14 +1121,15 @@ StepResult Trainer::step() {
 
   // 6. Loss, global grad norm, NaN/inf check, clip, AdamW.
   Phase opt_phase = I.phase(kPhaseOptimizer, s, traced);
-  const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens);
-  const optim::UpdateResult upd = I.update(loss);
+  const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens) * spike_scale;
+  SpikeDecision guard;
+  const optim::UpdateResult upd = I.update(loss, &guard);
   rec.time[io::kOptimizer] = opt_phase.end();
 
   // 7. Records (and the validation loss when due). kTotal is the step alone:
   // evaluation (and, in run(), the checkpoint) have their own columns.
   rec.time[io::kTotal] = core::wall_seconds() - t_start;
-  StepResult res = I.result(plan, loss, upd);
+  StepResult res = I.result(plan, loss, upd, guard);
   ++I.step;
   if (I.eval_due()) {
     Phase eval_phase = I.phase(kPhaseEval, s, traced);
@@ -1021,13 +1188,20 @@ StepResult Trainer::run() {
   while (I.step < I.cfg.train.steps && !stop) {
     last = step();
     I.last_loss = last.loss;
+    last.record.ckpt_write = I.collect_async(false);  // a background save that finished meanwhile
     const bool traced = last.step + 1 == I.cfg.log.trace_step;
     const int urgent = I.agreed_checkpoint_urgency();
     stop = urgent == 2;
     if (I.checkpoint_due(urgent)) {
       Phase ckpt_phase = I.phase(kPhaseCheckpoint, last.step, traced);
-      I.save_checkpoint();
+      if (I.writer)
+        last.record.ckpt_write += I.save_checkpoint_async();  // the blocking part: staging (after the previous write)
+      else
+        I.save_checkpoint();
       last.record.time[io::kCheckpoint] = ckpt_phase.end();  // not part of kTotal (the step alone)
+      // The run's last save (the end, or a stop signal) completes before the
+      // program goes on to exit; its write is reported with this step.
+      if (I.writer && (stop || I.step >= I.cfg.train.steps)) last.record.ckpt_write += I.collect_async(true);
     }
     const bool sampled = I.sample_due();
     if (sampled) {
@@ -1040,9 +1214,10 @@ StepResult Trainer::run() {
     last.record.elapsed = elapsed;
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
     if (traced) I.write_trace_json(I.tlog->append_trace(I.trace_rows, kind_names), all, kind_names);  // collective
+    const std::vector<Straggler> slow = I.observe_stragglers(last.step, all);
     if (g.rank() == 0) I.write_scalars(last, all);
     const bool print = (last.step + 1) % I.cfg.train.print_every == 0 || last.step == 0 ||
-                       last.step + 1 == I.cfg.train.steps || last.val_loss >= 0 || sampled;
+                       last.step + 1 == I.cfg.train.steps || last.val_loss >= 0 || sampled || last.skipped;
     if (print && g.rank() == 0) {
       StepLineContext ctx;
       ctx.total_steps = I.cfg.train.steps;
@@ -1054,6 +1229,8 @@ StepResult Trainer::run() {
       ctx.elapsed = elapsed;
       const double done = double(I.step - first_step);
       ctx.eta = done > 0 ? elapsed / done * double(I.cfg.train.steps - I.step) : 0;
+      ctx.guard = I.spike.has_value();
+      ctx.stragglers = format_stragglers(slow);
       spdlog::info("{}", format_step_line(last, all, window, ctx));
       const bool last_step = last.step + 1 == I.cfg.train.steps;
       if (detail_due(last.step + 1, last_detail_step, ctx.print_count == 1, last_step, I.cfg.log.detail_every)) {
@@ -1063,6 +1240,7 @@ StepResult Trainer::run() {
       window = Throughput{};
     }
   }
+  I.collect_async(true);  // no save outlives the run
   print_run_summary(g, I.mem.total(), last, I.step, I.cfg.train.steps, stop);
   return last;
 }

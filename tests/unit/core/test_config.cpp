@@ -213,6 +213,12 @@ TEST(Config, CrossKeyRules) {
                         "virtual_stages = 2\n[train]\nmicro_batches = 6\n");
       },
       {"parallel.pp=2 must divide train.micro_batches/parallel.dp=3", "interleaved"});
+  expect_config_error([] { parse_deck_text("[train]\nskip_spike_z = 6\nskip_spike_window = 8\nskip_spike_warmup = 9\n"); },
+                      {"train.skip_spike_warmup=9 must be <= train.skip_spike_window=8"});
+  expect_config_error([] { parse_deck_text("[log]\nstraggler_factor = 0.8\n"); },
+                      {"log.straggler_factor", "must be 0 (off) or > 1"});
+  expect_config_error([] { parse_deck_text("[log]\nstraggler_steps = 0\n"); }, {"log.straggler_steps", ">= 1"});
+  expect_config_error([] { parse_deck_text("[train]\nskip_spike_z = -1\n"); }, {"train.skip_spike_z", ">= 0"});
 }
 
 TEST(Config, WorldSizeRule) {

@@ -99,3 +99,14 @@ TEST(FaultParser, BadValuesAreErrorsNamingTheVariable) {
   expect_rejected("calib_load:sample=2", "calib_load needs sample=K and percent=P");
   expect_rejected("calib_load:sample=2:percent=50:rank=0", "'rank' is not a field of calib_load");
 }
+
+TEST(Fault, SpikeScalesOneStepOnEveryRankAndDelayTakesMilliseconds) {
+  const auto f = wlb::core::parse_fault("spike:step=7:scale=1000");
+  EXPECT_EQ(f.kind, "spike");
+  EXPECT_EQ(f.step, 7);
+  EXPECT_EQ(f.scale, 1000);
+  EXPECT_EQ(wlb::core::parse_fault("delay:rank=1:phase=forward:ms=250").ms, 250);
+  for (const char* bad : {"spike:step=7", "spike:scale=3", "spike:step=1:scale=0", "spike:rank=0:step=1:scale=2",
+                          "delay:rank=0:phase=forward:ms=5:seconds=1"})
+    EXPECT_THROW(wlb::core::parse_fault(bad), std::invalid_argument) << bad;
+}

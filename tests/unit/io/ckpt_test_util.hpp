@@ -129,6 +129,8 @@ inline wlb::io::TrainState sample_state(std::int64_t step) {
   s.stream_position = 11 + step;
   s.packer_state = {0x57424c50, 1, 2, 3, 5, 0, 7, 8, step, -1};
   s.seed = 0xfedcba9876543210ULL;
+  s.skipped_steps = step % 3 + 1;  // the loss-spike guard's count and window
+  s.spike_window = {3.25, 1.5, 3.125, 0.75 + double(step), 2.9999999999999996, 1e-300};
   return s;
 }
 

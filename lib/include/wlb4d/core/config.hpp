@@ -146,6 +146,13 @@ struct TrainConfig {
   /// after every update, activations rounded), fp32 accumulation, fp32
   /// everything else (DESIGN §10, model/bf16_gemm.hpp).
   std::string precision = "fp32";
+  /// Loss-spike guard (train/guards.hpp): a step whose loss or global grad
+  /// norm lies more than skip_spike_z standard deviations above the mean of
+  /// the last skip_spike_window steps skips its optimizer update on every
+  /// rank (0: off). Judged once the window holds skip_spike_warmup values.
+  double skip_spike_z = 0;
+  int skip_spike_window = 64;
+  int skip_spike_warmup = 16;
 };
 
 /// [checkpoint]
@@ -164,6 +171,11 @@ struct CheckpointConfig {
   /// optimizer, step 0. Used when no checkpoint is resumed (resume=never, or
   /// auto with nothing in dir); refused together with resume=<path>.
   std::string init_from;
+  /// Asynchronous checkpoints (io::AsyncCheckpointWriter): the step copies
+  /// the state to host buffers and goes on; a writer thread writes, reads
+  /// back and commits the same file. Needs MPI_THREAD_MULTIPLE (else
+  /// synchronous, with a message).
+  bool async = false;
 };
 
 /// [log]
@@ -184,6 +196,11 @@ struct LogConfig {
   /// TensorBoard event files of the step scalars (io/tensorboard.hpp), one
   /// per start, written by rank 0 into this directory (created; "" : off).
   std::string tensorboard_dir;
+  /// Straggler flag (train/guards.hpp): a rank whose forward+backward time
+  /// exceeds straggler_factor x the median of its pipeline stage's ranks for
+  /// straggler_steps consecutive steps is named (0: off).
+  double straggler_factor = 0;
+  int straggler_steps = 5;
 };
 
 /// [comm]

@@ -17,10 +17,19 @@
 ///                                     (default KILL: no handler, no flush,
 ///                                     as a node or OOM-killer loss).
 ///   WLB4D_FAULT=delay:rank=R:phase=P:seconds=N[:step=S]
-///                                     world rank R sleeps N s at fault point
-///                                     P (of step S; any step when omitted),
-///                                     then goes on: a window in which a test
-///                                     sends a signal (e.g. during ckpt_load).
+///   WLB4D_FAULT=delay:rank=R:phase=P:ms=N[:step=S]
+///                                     world rank R sleeps N s (N ms) at fault
+///                                     point P (of step S; any step when
+///                                     omitted), then goes on: a window in
+///                                     which a test sends a signal (e.g.
+///                                     during ckpt_load), or, at forward or
+///                                     backward (inside the timed compute), a
+///                                     slow rank for the straggler flag.
+///   WLB4D_FAULT=spike:step=S:scale=X  step S (0-based) of every rank sees its
+///                                     loss and its loss gradient multiplied
+///                                     by the integer X (fault_loss_scale): a
+///                                     deterministic loss and grad-norm spike
+///                                     for the spike guard (train.skip_spike_z).
 ///   WLB4D_FAULT=ckpt_write:rank=R:after_bytes=N
 ///                                     checkpoint writes of world rank R fail
 ///                                     as on a full disk (ENOSPC) once the
@@ -62,14 +71,16 @@ namespace wlb::core {
 
 /// One parsed WLB4D_FAULT value (kind empty: no fault).
 struct FaultSpec {
-  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free, calib_load
+  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free, calib_load, spike
   std::string phase = "step";    ///< step, forward, backward, calibrate, ckpt_load, ckpt_save (stall/crash/delay)
   int rank = -1;                 ///< world rank (stall, crash, ckpt_write)
   std::int64_t step = -1;        ///< 0-based step (stall, crash)
   long long after_bytes = -1;    ///< ckpt_write
   long long free_bytes = -1;     ///< ckpt_free
   int signal = 9;                ///< crash: SIGKILL, SIGABRT or SIGSEGV; stall: SIGSTOP or 9 (sleep)
-  long long seconds = -1;        ///< delay
+  long long seconds = -1;        ///< delay (seconds)
+  long long ms = -1;             ///< delay (milliseconds; instead of seconds)
+  long long scale = -1;          ///< spike: factor on the step's loss and loss gradient
   long long sample = -1;         ///< calib_load: calibration sample index
   long long percent = -1;        ///< calib_load: the sample's recorded share of its measured seconds (%)
 };
@@ -102,6 +113,11 @@ bool fault_write_fails(int world_rank, std::uint64_t bytes_after);
 /// The free bytes that WLB4D_FAULT=ckpt_free:bytes=N asks checkpoint.dir's
 /// checks to see; -1 when not set (use statvfs).
 long long fault_free_bytes();
+
+/// Factor on step `step`'s loss and loss gradient that
+/// WLB4D_FAULT=spike:step=S:scale=X asks for: X at step S, 1 otherwise (and
+/// when not set). The same on every rank.
+double fault_loss_scale(std::int64_t step);
 
 /// Factor on the measured seconds of calibration sample `sample` that
 /// WLB4D_FAULT=calib_load:sample=K:percent=P asks for: P/100 for sample K,

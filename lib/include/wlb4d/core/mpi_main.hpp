@@ -34,6 +34,15 @@ void set_before_abort(void (*fn)());
 /// Calls the hook (if any); for other abort paths (the phase deadline).
 void run_before_abort();
 
+/// True when MPI_Init_thread provided MPI_THREAD_MULTIPLE (mpi_main asks
+/// for it: a background thread, the asynchronous checkpoint writer, may then
+/// call MPI on its own communicator). The environment variable
+/// WLB4D_MPI_THREADS=funneled asks for MPI_THREAD_FUNNELED only (tests of
+/// the fallback; an MPI library without thread support behaves the same).
+bool mpi_thread_multiple();
+/// The thread level MPI provided, as MPI names it ("MPI_THREAD_FUNNELED", ...).
+const char* mpi_thread_level_name();
+
 /// World rank and size (valid inside mpi_main).
 int world_rank();
 int world_size();

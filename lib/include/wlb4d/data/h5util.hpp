@@ -16,6 +16,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,16 @@ class Handle {
  private:
   hid_t id_ = H5I_INVALID_HID;
 };
+
+/// The HDF5 library of this platform is built without thread safety
+/// (H5_HAVE_THREADSAFE undefined), so one thread at a time may call it. A
+/// process with a second HDF5 thread (the asynchronous checkpoint writer,
+/// io/checkpoint.hpp) holds this lock around every group of HDF5 calls of
+/// both threads: the training thread's token reads and timing-log appends,
+/// and the writer's steps (one dataset at a time). Recursive; uncontended
+/// (one thread) it costs an atomic operation.
+std::recursive_mutex& api_mutex();
+using ApiLock = std::lock_guard<std::recursive_mutex>;
 
 /// Silences HDF5's automatic error printing for the lifetime of the object
 /// (our messages carry the reason instead); restores the previous handler.

@@ -140,6 +140,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -173,10 +174,21 @@ struct TrainState {
   std::vector<std::int64_t> packer_state;  ///< Packer::save_state()
   std::uint64_t seed = 0;            ///< train.seed
   double last_loss = std::numeric_limits<double>::quiet_NaN();  ///< loss of the last step run (nats); NaN: none / not stored
+  /// Loss-spike guard (train/guards.hpp): updates skipped so far
+  /// (/state/skipped_steps, int64 [1]) and its running window as (loss, grad
+  /// norm) pairs, oldest first, flattened (/state/spike_window, float64 [2n];
+  /// empty with the guard off). Both are in the content digest.
+  std::int64_t skipped_steps = 0;
+  std::vector<double> spike_window;
+  /// Save: always true (both datasets are written). Read: false for older
+  /// files without them (skipped_steps 0, window empty; the digest then
+  /// leaves them out, as those files' writers did).
+  bool has_guard_state = true;
   bool operator==(const TrainState& o) const {
     const bool same_loss = last_loss == o.last_loss || (std::isnan(last_loss) && std::isnan(o.last_loss));
     return step == o.step && tokens_seen == o.tokens_seen && stream_epoch == o.stream_epoch &&
-           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed && same_loss;
+           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed && same_loss &&
+           skipped_steps == o.skipped_steps && spike_window == o.spike_window;
   }
 };
 
@@ -287,6 +299,74 @@ void check_checkpoint_dir(const std::string& dir, const comm::Communicator& worl
 std::string save_checkpoint(const core::CheckpointConfig& cc, const grid::ProcessGrid& grid,
                             const std::vector<TensorRef>& tensors, const TrainState& state,
                             const CheckpointInfo& info);
+
+/// How save_checkpoint() runs (the overload on a communicator).
+struct SaveOptions {
+  /// Read the written file back (verify_checkpoint over the ranks: every
+  /// checksum and the content digest) before the commit, so `latest` only
+  /// ever names a verified file.
+  bool verify = false;
+  /// Called from a background thread while another thread of the process
+  /// may call HDF5 (asynchronous checkpoints): every HDF5 step (the file's
+  /// creation, one dataset, /state, the close, the read-back) runs under
+  /// data::h5::api_mutex(), with HDF5's printing silenced per step.
+  bool background = false;
+};
+
+/// save_checkpoint() over communicator `world` (every rank of the job,
+/// e.g. a duplicate of the world for a writer thread: MPI_THREAD_MULTIPLE)
+/// with the writing layout given as {dp, pp, cp, tp}. Same file, same
+/// commit, same errors.
+std::string save_checkpoint(const core::CheckpointConfig& cc, const comm::Communicator& world,
+                            const std::int32_t layout[4], const std::vector<TensorRef>& tensors,
+                            const TrainState& state, const CheckpointInfo& info, const SaveOptions& opt);
+
+/// Asynchronous checkpoints (checkpoint.async; Megatron-LM's --async-save,
+/// TorchTitan's DCP async_save): the trainer copies the state into host
+/// buffers it owns (the blocking part) and hands them to this writer, whose
+/// thread runs save_checkpoint() with SaveOptions{verify, background} on a
+/// duplicate of the world communicator while training goes on (the hidden
+/// part). The file, its checksums, its digest and the commit are those of a
+/// synchronous save; `latest` moves only after the whole file was written,
+/// closed and read back. One save at a time: start() waits for the previous
+/// one. Needs MPI_THREAD_MULTIPLE (core::mpi_thread_multiple()): the thread
+/// calls MPI (the writers' MPI-IO, the agreements) on its own communicator.
+class AsyncCheckpointWriter {
+ public:
+  /// What a finished save did (the same on every rank).
+  struct Result {
+    std::int64_t step = 0;
+    std::string path;     ///< the committed file ("" on error)
+    std::string error;    ///< "" or the save's error (agreed by every rank)
+    double seconds = 0;   ///< wall seconds of the thread's write, read-back and commit
+  };
+  /// Collective over `world`: duplicates it for the writer thread.
+  /// \param layout dp, pp, cp, tp of the writing run (root attribute writer_layout)
+  AsyncCheckpointWriter(const comm::Communicator& world, const std::int32_t layout[4]);
+  /// Waits for a save in flight (its result is dropped: call wait() first to see it).
+  ~AsyncCheckpointWriter();
+  AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
+  AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
+
+  /// Starts writing; returns at once. The tensors' buffers belong to the
+  /// caller and must stay unchanged until the save has finished (wait(), or
+  /// done() true). Call on every rank, with no save in flight.
+  void start(const core::CheckpointConfig& cc, std::vector<TensorRef> tensors, TrainState state, CheckpointInfo info);
+  /// A save was started and not yet collected by wait().
+  bool in_flight() const { return started_; }
+  /// Collective over the world (one all-reduce): true when every rank's
+  /// writer has finished the save in flight (false when none is).
+  bool done(const comm::Communicator& world) const;
+  /// Waits for the save in flight (local join; the save itself is
+  /// collective, so every rank's thread ends) and returns its result;
+  /// nothing when none is in flight.
+  std::optional<Result> wait();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  bool started_ = false;
+};
 
 /// The result of load_checkpoint().
 struct LoadedCheckpoint {

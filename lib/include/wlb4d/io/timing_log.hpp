@@ -23,7 +23,7 @@
 ///              eval, checkpoint, sample (micro_batch, virtual_stage -1).
 ///              Logs of earlier wlb4d versions hold kinds 0-6 only. Absent
 ///              when no step was traced. io/chrome_trace.hpp draws it.
-///   attributes on /: format = "wlb4d-timing", format_version = 6, and the
+///   attributes on /: format = "wlb4d-timing", format_version = 7, and the
 ///              run's identity as of the latest start (RunIdentity: deck,
 ///              program_version, start_time, layout, world_size, peak_tflops).
 /// All times are wall seconds measured after Kokkos::fence(), except
@@ -35,7 +35,9 @@
 /// overlap columns (dp_exposed, dp_in_flight, tp_exposed, tp_in_flight);
 /// version 5 the core-attention columns (ca_cost_before, ca_cost_after,
 /// ca_imbalance_before, ca_imbalance, ca_bytes, ca_exposed); version 6 the
-/// t_sample column (train.sample_every, outside t_total). A file
+/// t_sample column (train.sample_every, outside t_total); version 7 the
+/// guard and asynchronous checkpoint columns (skipped, skipped_steps,
+/// ckpt_write). A file
 /// of another version is refused (DataError) rather than appended to.
 
 #include "wlb4d/comm/communicator.hpp"
@@ -124,6 +126,16 @@ struct TimingRecord {
   /// exchanges and the wall seconds it waited for them (exposed).
   double ca_cost_before = 0, ca_cost_after = 0, ca_imbalance_before = 0, ca_imbalance = 0;
   double ca_bytes = 0, ca_exposed = 0;
+  /// Loss-spike guard (train.skip_spike_z): 1 when this step's optimizer
+  /// update was skipped (every rank alike), and the updates skipped so far
+  /// (all starts together; checkpointed).
+  std::int32_t skipped = 0;
+  std::int64_t skipped_steps = 0;
+  /// Asynchronous checkpoints (checkpoint.async): wall seconds the writer
+  /// thread took to write and commit the checkpoint whose write finished
+  /// during this step (hidden behind training; 0: none finished). The
+  /// blocking part (staging to host) is t_checkpoint.
+  double ckpt_write = 0;
 };
 
 /// One row of /trace: one interval of one rank in the traced step: a

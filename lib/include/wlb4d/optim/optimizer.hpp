@@ -83,6 +83,7 @@
 #include "wlb4d/model/params.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -94,6 +95,7 @@ struct UpdateResult {
   double grad_norm = 0;    ///< global L2 norm before clipping
   double clip_factor = 1;  ///< min(1, grad_clip / grad_norm); 1 when clipping is off
   double lr = 0;           ///< learning rate used (optim::lr_at)
+  bool skipped = false;    ///< the update was skipped (step()'s `skip` said so): weights and moments unchanged
 };
 
 class Optimizer {
@@ -151,7 +153,12 @@ class Optimizer {
   ///         non-finite, the first such tensor on this rank ("gradient of
   ///         layers.0.attn.wq"; under zero = 1, within the owned range), else
   ///         "the loss" or "the global gradient norm".
-  UpdateResult step(std::int64_t step, double loss);
+  /// \param skip when given, asked with the norm, clip factor and lr once
+  ///        they are known (after the NaN/inf check): true skips the update
+  ///        (no AdamW, no parameter all-gather; the result has skipped set).
+  ///        It must answer the same on every rank (the loss-spike guard
+  ///        agrees over the world first).
+  UpdateResult step(std::int64_t step, double loss, const std::function<bool(const UpdateResult&)>& skip = {});
 
   /// Global L2 norm of the current gradients (collective over tp and pp, and
   /// over dpcp under zero = 1). Call after reduce_gradients().

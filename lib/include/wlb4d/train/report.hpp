@@ -22,6 +22,11 @@
 /// DP and TP (and, with disaggregated attention, the core attention imbalance
 /// before -> after, bytes moved and exposed wait), with elapsed time, ETA,
 /// tokens seen and per step, and memory in MiB of the capacity.
+/// With the loss-spike guard: " | SKIPPED (z loss 12.3 grad 45.6)" after
+/// the loss on a skipped step; with the straggler flag: " | straggler r3
+/// 2.4x (5 steps)"; with checkpoint.async, " | ckpt N ms" is the blocking
+/// staging and " | ckpt write N ms (background)" the writer thread's time, on
+/// the step where it finished.
 
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/grid/process_grid.hpp"
@@ -77,6 +82,8 @@ struct StepLineContext {
   bool mem_on_device = false;  ///< device build: the used memory is the Kokkos peak, else the peak RSS
   std::int64_t print_count = 0;  ///< step lines printed so far by this start, this one included
   std::string timestamp;   ///< "YYYY-MM-DD HH:MM:SS" ("": now, local time)
+  bool guard = false;      ///< the loss-spike guard is on: the line shows the skipped count
+  std::string stragglers;  ///< format_stragglers() of the ranks the straggler flag names ("" : none)
 };
 
 /// The cross-rank figures of one step that the step line shows, from every
@@ -91,6 +98,7 @@ struct StepFigures {
   double rss_mib = 0;        ///< peak RSS, max over ranks (MiB)
   double mem_measured_bytes = 0;  ///< Kokkos peak in the model's memory space, max over ranks (bytes)
   double eval = 0, checkpoint = 0, sample = 0;  ///< max over ranks (0: not this step)
+  double ckpt_write = 0;  ///< checkpoint.async: a background save that finished this step (max over ranks; 0: none)
 };
 StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 
@@ -104,7 +112,11 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 ///   with disaggregated attention balance/core_attn_before,
 ///   balance/core_attn_after; comm/dp_exposed_ms, comm/dp_in_flight_ms,
 ///   comm/tp_exposed_ms, comm/tp_in_flight_ms; time/step_ms, and
-///   time/eval_ms, time/checkpoint_ms, time/sample_ms on steps that did it.
+///   time/eval_ms, time/checkpoint_ms (with checkpoint.async the blocking
+///   staging), time/checkpoint_write_ms (checkpoint.async: the background
+///   write, on the step it finished), time/sample_ms on steps that did it.
+///   The trainer adds guard/skipped_steps (the timing log's skipped_steps)
+///   when the loss-spike guard is on.
 /// Cross-rank values are StepFigures' (max over ranks); the plan's
 /// imbalance figures are the same on every rank (`last.record`'s).
 std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigures& f);

@@ -39,9 +39,9 @@ struct StepResult {
   /// fixed-length sequence: a document waiting in a wlb outlier queue counts
   /// from the step that drew it; one cut across micro-batches counts once.
   std::int64_t samples = 0;
-  /// Steps of this start whose update was skipped (a loss-spike or non-finite
-  /// guard feeds it; 0 while nothing skips).
-  std::int64_t skipped_steps = 0;
+  bool skipped = false;       ///< the loss-spike guard skipped this step's update (train.skip_spike_z)
+  double z_loss = 0, z_grad = 0;  ///< the guard's z-scores of the loss and grad norm (0: not judged)
+  std::int64_t skipped_steps = 0;  ///< updates skipped so far by the loss-spike guard (all starts)
   io::TimingRecord record;    ///< this rank's timing record
 };
 
