@@ -468,9 +468,8 @@ struct Trainer::Impl {
   /// times within every step (the stream wraps to the next epoch): legal, but
   /// rarely meant, so say it once at start-up.
   void warn_if_dataset_smaller_than_a_step() const {
-    const auto& d = train_ds.doc_offsets();
     const std::int64_t docs = cfg.data.max_docs > 0 ? std::min(cfg.data.max_docs, train_ds.num_docs()) : train_ds.num_docs();
-    const std::int64_t tokens = std::int64_t(d[std::size_t(docs)]);
+    const std::int64_t tokens = train_ds.doc_offset(docs);
     const std::int64_t budget = std::int64_t(cfg.train.micro_batches) * cfg.train.max_seq_len;
     if (tokens < budget && grid.rank() == 0)
       spdlog::warn("data.train='{}' holds {} tokens{}, less than one step's budget of {} (train.micro_batches x "
