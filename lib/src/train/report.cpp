@@ -112,16 +112,29 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
                                            f.ca_imbalance_before, f.ca_imbalance, f.ca_bytes / 1048576.0,
                                            f.ca_exposed * 1e3)
                              : std::string();
+  // A blend: the step's tokens per source, and each source's share of all tokens drawn so far.
+  std::string src;
+  if (last.source_tokens.size() > 1) {
+    double drawn = 0;
+    for (auto t : last.source_drawn) drawn += double(t);
+    std::string toks, shares;
+    for (std::size_t s = 0; s < last.source_tokens.size(); ++s) {
+      toks += (s ? "/" : "") + human_count(double(last.source_tokens[s]));
+      shares += fmt::format("{}{:.1f}", s ? "/" : "",
+                            drawn > 0 && s < last.source_drawn.size() ? 100.0 * double(last.source_drawn[s]) / drawn : 0.0);
+    }
+    src = " | src " + toks + " (drawn " + shares + "%)";
+  }
   const std::string extra = (f.eval > 0 ? fmt::format(" | eval {:.0f} ms", f.eval * 1e3) : std::string()) +
                             (f.checkpoint > 0 ? fmt::format(" | ckpt {:.0f} ms", f.checkpoint * 1e3) : std::string()) +
                             (f.sample > 0 ? fmt::format(" | sample {:.0f} ms", f.sample * 1e3) : std::string());
   return fmt::format(
-      "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step) | {:.0f} tok/s/dev"
+      "step {:>5}/{} | {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | tokens {} ({}/step){} | {:.0f} tok/s/dev"
       " | {:.2f} GFLOP/s/dev{} | step {:.0f} ms{} | mem {:.0f} MiB | ETA {}"
       " | compute min/mean/max {:.0f}/{:.0f}/{:.0f} ms | imbalance attn {:.2f} lat {:.2f} cpu {:.2f}"
       " | comm exposed/in flight dp {:.1f}/{:.1f} tp {:.1f}/{:.1f} ms{}",
       last.step + 1, ctx.total_steps, hms(ctx.elapsed), last.loss, val, last.lr, last.grad_norm,
-      human_count(double(last.record.tokens_seen)), last.tokens,
+      human_count(double(last.record.tokens_seen)), last.tokens, src,
       w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-9, mfu, last.seconds * 1e3,
       extra, f.rss_mib, hms(ctx.eta), f.compute_min * 1e3, f.compute_mean * 1e3, f.compute_max * 1e3,
       last.record.attn_imbalance, last.record.latency_imbalance, f.cpu_imbalance, f.dp_exposed * 1e3,

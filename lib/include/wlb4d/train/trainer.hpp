@@ -33,6 +33,9 @@ struct StepResult {
   double seconds = 0;         ///< wall time of the step (max over ranks)
   double model_flops = 0;     ///< FLOP of the step (model::model_flops)
   double val_loss = -1;       ///< validation loss when evaluated this step
+  /// data.train blending n > 1 sources: the step's tokens per source (from
+  /// its plan) and the tokens drawn from each so far; empty otherwise.
+  std::vector<std::int64_t> source_tokens, source_drawn;
   io::TimingRecord record;    ///< this rank's timing record
 };
 
