@@ -2,8 +2,9 @@
 # blend_test.sh MPIEXEC WLB4D WLB4D_PREP SOURCE_DIR PYTHON
 # Shards and blends through wlb4d (docs/data.md "Shards and blends"):
 #   - two sources: "web" (tests/data/tiny.jsonl) and "code" (the C++ of
-#     lib/src/data cut into ~600-byte documents), code prepared as 2 shard
-#     files and as one file; data.train = "0.7 web.h5 0.3 code-shard-*.h5";
+#     lib/src/data cut into ~600-byte documents), code prepared by
+#     wlb4d-prep as shards of 20 K tokens (2 threads) and as one file (1
+#     thread); data.train = "0.7 web.h5 0.3 code-shard-*.h5";
 #   - 8 steps on 1 rank with a checkpoint at step 4: the step line shows
 #     the tokens per source; the timing log's /sources table has a row per
 #     source and step, the tokens drawn follow 0.7/0.3 within one document;
@@ -33,15 +34,17 @@ for path in sorted(glob.glob(os.path.join(src, "lib/src/data/*.cpp"))):
             cur = ""
     if cur.strip():
         docs.append(cur)
-half = len(docs) // 2
-for name, part in (("code.jsonl", docs), ("code-0.jsonl", docs[:half]), ("code-1.jsonl", docs[half:])):
+for name, part in (("code.jsonl", docs),):
     with open(name, "w") as f:
         for d in part:
             f.write(json.dumps({"text": d}) + "\n")
 PY
 "$prep" --input "$src/tests/data/tiny.jsonl" --output web.h5 > /dev/null || fail "prep web"
-for n in 0 1; do "$prep" --input code-$n.jsonl --output code-shard-$n.h5 > /dev/null || fail "prep $n"; done
-"$prep" --input code.jsonl --output code-all.h5 > /dev/null || fail "prep code-all"
+# The code source as shards of ~20 K tokens, written by 2 encoding threads,
+# and as one file by 1 thread.
+"$prep" --input code.jsonl --output code-shard.h5 --shard-tokens 20000 --threads 2 > prep.out || fail "prep code shards"
+grep -E "train code-shard-\*.h5 \([0-9]+ shards\)" prep.out || fail "wlb4d-prep did not report the shards"
+"$prep" --input code.jsonl --output code-all.h5 --threads 1 > /dev/null || fail "prep code-all"
 "$prep" --input code.jsonl --output code-spm.h5 --tokenizer sentencepiece --vocab-size 400 > /dev/null ||
   fail "prep code-spm"
 deck="$src/inputs/ci-tiny.ini"
