@@ -19,6 +19,7 @@
 #include <exception>
 #include <filesystem>
 #include <thread>
+#include <time.h>
 #include <memory>
 #include <sstream>
 
@@ -132,36 +133,50 @@ class ParallelEncoder {
     for (int t = 1; t < threads; ++t) copies_.push_back(make_tokenizer(tok.name(), tok.model(), "wlb4d-prep", tok.eos_id()));
   }
   int threads() const { return 1 + static_cast<int>(copies_.size()); }
+  /// CPU seconds the encoding threads spent encoding (CLOCK_THREAD_CPUTIME_ID), all together.
+  double cpu_seconds() const { return cpu_s_; }
   /// ids[i] = encode(*docs[begin + i]) for i < end - begin.
   void encode(const std::vector<const std::string*>& docs, std::size_t begin, std::size_t end,
               std::vector<std::vector<token_t>>& ids) const {
     ids.resize(end - begin);
     if (threads() == 1 || end - begin < 2) {
+      const double c0 = thread_cpu_seconds();
       for (std::size_t i = begin; i < end; ++i) ids[i - begin] = tok_.encode(*docs[i]);
+      cpu_s_ += thread_cpu_seconds() - c0;
       return;
     }
     std::atomic<std::size_t> next{begin};
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads()));
+    std::vector<double> cpu(static_cast<std::size_t>(threads()), 0.0);
     auto work = [&](int t) {
       const Tokenizer& tk = t == 0 ? tok_ : *copies_[std::size_t(t - 1)];
+      const double c0 = thread_cpu_seconds();
       try {
         for (std::size_t i; (i = next.fetch_add(1)) < end;) ids[i - begin] = tk.encode(*docs[i]);
       } catch (...) {
         errors[std::size_t(t)] = std::current_exception();
         next = end;
       }
+      cpu[std::size_t(t)] = thread_cpu_seconds() - c0;
     };
     std::vector<std::thread> pool;
     for (int t = 1; t < threads(); ++t) pool.emplace_back(work, t);
     work(0);
     for (auto& th : pool) th.join();
+    for (double c : cpu) cpu_s_ += c;
     for (const auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
 
  private:
+  static double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
   const Tokenizer& tok_;
   std::vector<std::unique_ptr<Tokenizer>> copies_;
+  mutable double cpu_s_ = 0;
 };
 
 /// Documents per parallel batch: enough to keep the threads busy, few
@@ -413,6 +428,7 @@ PrepSummary run_prep(const PrepOptions& o) {
                                     val.size(), n, o.val_fraction, o.seed),
                         o.shard_tokens, tmp);
   }
+  s.encode_cpu_s = enc.cpu_seconds();
   tmp.commit();
   if (o.shard_tokens > 0) {
     remove_stale_shards(o.output, s.train.shards.size());
@@ -442,9 +458,9 @@ std::string format_summary(const PrepSummary& s) {
   if (s.has_val) line("val", s.val);
   out += fmt::format(
       "wlb4d-prep: time {:.2f} s (read {:.2f} s, tokenizer {:.2f} s, encode+write {:.2f} s: {:.1f} MB/s on {} "
-      "thread{})\n",
+      "thread{}; encoding {:.1f} MB per CPU-second)\n",
       s.total_s, s.read_s, s.tokenizer_s, s.write_s, s.write_s > 0 ? double(c.bytes) / s.write_s * 1e-6 : 0.0,
-      s.threads, s.threads == 1 ? "" : "s");
+      s.threads, s.threads == 1 ? "" : "s", s.encode_cpu_s > 0 ? double(c.bytes) / s.encode_cpu_s * 1e-6 : 0.0);
   return out;
 }
 

@@ -73,6 +73,7 @@ struct PrepSummary {
   SplitSummary val;
   double read_s = 0, tokenizer_s = 0, write_s = 0, total_s = 0;  ///< wall seconds
   int threads = 1;  ///< encoding threads used
+  double encode_cpu_s = 0;  ///< CPU seconds of the encoding threads, all together (per-core rate = bytes / it)
 };
 
 /// Runs the whole preparation.
