@@ -5,7 +5,8 @@
 #     lib/src/data cut into ~600-byte documents), code prepared by
 #     wlb4d-prep as shards of 20 K tokens (2 threads) and as one file (1
 #     thread); data.train = "0.7 web.h5 0.3 code-shard-*.h5";
-#   - 8 steps on 1 rank with a checkpoint at step 4: the step line shows
+#   - 8 steps on 1 rank with a checkpoint at step 4 (wlb4d-ckpt inspect
+#     shows each source's position, verify accepts it): the step line shows
 #     the tokens per source; the timing log's /sources table has a row per
 #     source and step, the tokens drawn follow 0.7/0.3 within one document;
 #   - resumed from step 4 on 2 ranks (dp=2, another layout): steps 5-8 have
@@ -57,6 +58,13 @@ run_step 180 "$wlb4d" "$deck" "${common[@]}" --checkpoint.every=4 --data.train="
 out_has -E "data.train blends 2 sources: 1: 0.7 of the tokens, 20 documents \(web.h5\); 2: 0.3 of the tokens, [0-9]+ documents \(code-shard-\*.h5\)" ||
   fail "no start-up line naming the sources"
 out_has -E "step +8/8 .*\| src [0-9.k]+/[0-9.k]+ \(drawn [0-9.]+/[0-9.]+%\)" || fail "no per-source tokens in the step line"
+
+# The checkpoint holds every source's position (and its digest covers it).
+ckpt="$(dirname "$wlb4d")/wlb4d-ckpt"
+info=$("$ckpt" inspect ck-a/step_000004.h5) || fail "wlb4d-ckpt inspect failed"
+printf '%s\n' "$info" | grep -E "data source 2 +epoch [0-9]+ position [0-9]+, drawn [0-9]+ tokens in [0-9]+ documents" ||
+  fail "wlb4d-ckpt inspect shows no per-source position"
+"$ckpt" verify ck-a/step_000004.h5 > /dev/null || fail "wlb4d-ckpt verify refused the blend's checkpoint"
 
 run_step 180 "$mpiexec" -n 2 "$wlb4d" "$deck" "${common[@]}" --data.train="$blend" --checkpoint.dir=ck-a \
   --checkpoint.resume=ck-a/step_000004.h5 --parallel.dp=2 --log.csv_file=b.csv \
