@@ -431,7 +431,10 @@ std::unique_ptr<TokenDataset::Impl> TokenDataset::Impl::open_files(const std::ve
     Shard& sh = im->shards[s];
     sh.path = paths[s];
     sh.open(fapl);
-    if (s > 0) check_same_tokenizer(im->shards[0], sh);
+    if (s > 0) {
+      check_same_tokenizer(im->shards[0], sh);
+      std::string().swap(sh.model);  // shard 0's copy serves all (a tokenizer.json is MBs, shards are many)
+    }
     sh.doc_base = docs;
     sh.token_base = toks;
     docs += sh.num_docs;

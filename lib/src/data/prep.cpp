@@ -18,6 +18,7 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <future>
 #include <thread>
 #include <time.h>
 #include <memory>
@@ -180,7 +181,8 @@ class ParallelEncoder {
 };
 
 /// Documents per parallel batch: enough to keep the threads busy, few
-/// enough that the batch's ids stay small next to the corpus.
+/// enough that two batches' ids (one written, one encoded) stay small next
+/// to the corpus.
 constexpr std::size_t kEncodeBatch = 4096;
 
 SplitSummary write_split(const std::string& path, const std::vector<const std::string*>& docs,
@@ -204,17 +206,23 @@ SplitSummary write_split(const std::string& path, const std::vector<const std::s
   };
   std::vector<std::int64_t> lengths;
   lengths.reserve(docs.size());
-  std::vector<std::vector<token_t>> ids;
+  // Batch k+1 is encoded (on the encoder's threads) while batch k is written.
+  std::vector<std::vector<token_t>> ids, next_ids;
   open();
+  enc.encode(docs, 0, std::min(docs.size(), kEncodeBatch), ids);
   for (std::size_t b = 0; b < docs.size(); b += kEncodeBatch) {
-    const std::size_t e = std::min(docs.size(), b + kEncodeBatch);
-    enc.encode(docs, b, e, ids);
+    const std::size_t nb = b + kEncodeBatch, ne = std::min(docs.size(), nb + kEncodeBatch);
+    std::future<void> ahead;
+    if (nb < docs.size())
+      ahead = std::async(std::launch::async, [&enc, &docs, &next_ids, nb, ne] { enc.encode(docs, nb, ne, next_ids); });
     for (const auto& v : ids) {
       if (!w) open();
       lengths.push_back(static_cast<std::int64_t>(v.size()) + 1);
       w->append(v);
       if (shard_tokens > 0 && w->num_tokens() >= shard_tokens) close();
     }
+    if (ahead.valid()) ahead.get();  // rethrows an encoding error
+    ids.swap(next_ids);
   }
   close();
   std::sort(lengths.begin(), lengths.end());

@@ -283,7 +283,7 @@ TEST(PrepParallel, ThreadsAndShardsWriteWhatTheSerialRunWrites) {
   const auto json_path = test::scratch("par-tokenizer.json");
   test::write_file(json_path, test::tokenizer_json({{"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"e", "r"}},
                                                    test::gpt2_pre()).dump());
-  for (const std::string tk : {std::string("bytes"), json_path.string(), std::string("sentencepiece")}) {
+  for (const std::string& tk : {std::string("bytes"), json_path.string(), std::string("sentencepiece")}) {
     SCOPED_TRACE(tk);
     const std::string tag = tk == "bytes" ? "bytes" : tk == "sentencepiece" ? "spm" : "hf";
     PrepOptions o;
@@ -318,7 +318,9 @@ TEST(PrepParallel, ThreadsAndShardsWriteWhatTheSerialRunWrites) {
         << format_summary(sh);
     for (const auto& p : sh.train.shards) {  // every shard but the last holds >= shard_tokens
       auto one = TokenDataset::open(p);
-      if (p != sh.train.shards.back()) EXPECT_GE(one.num_tokens(), o.shard_tokens) << p;
+      if (p != sh.train.shards.back()) {
+        EXPECT_GE(one.num_tokens(), o.shard_tokens) << p;
+      }
     }
     expect_same_dataset(TokenDataset::open(serial.train.path), TokenDataset::open(sh.train.shards));
     expect_same_dataset(TokenDataset::open(serial.val.path), TokenDataset::open(sh.val.shards));

@@ -11,8 +11,9 @@
 ///
 /// Parallel encoding (--threads N): documents are encoded in batches by N
 /// threads, each with its own copy of the tokenizer (rebuilt from its
-/// model, make_tokenizer), and written in corpus order by one writer, so the
-/// datasets hold the same documents, tokens and attributes for any N.
+/// model, make_tokenizer), and written in corpus order by one writer (the
+/// next batch is encoded while one is written), so the datasets hold the
+/// same documents, tokens and attributes for any N.
 /// Shards (--shard-tokens T): OUT.h5 becomes OUT-00000.h5, OUT-00001.h5, ...,
 /// a new file starting after the document that brings the current one to T
 /// tokens or more (documents are never cut); read them back as one stream

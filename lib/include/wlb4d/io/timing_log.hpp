@@ -9,6 +9,11 @@
 ///              (step, rank), chunked; appended by rank 0 after each step.
 ///   /restarts  1-D extendible compound dataset of RestartRecord, one row per
 ///              start of the trainer (first start included).
+///   /sources   1-D extendible compound dataset of SourceRecord, only when
+///              data.train blends several sources: one row per (step,
+///              source): the step's tokens from it, the tokens and documents
+///              drawn from it so far, its weight (additive: no version change;
+///              rows of steps run again after a resume are replaced).
 ///   /trace     1-D extendible compound dataset of TraceRecord: the step
 ///              log.trace_step names, one row per (rank, interval): every
 ///              pipeline action, every TP collective and CP exchange inside
