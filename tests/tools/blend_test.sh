@@ -13,7 +13,8 @@
 #     the losses of the uninterrupted run (rtol 1e-5) and the same documents
 #     per source (/sources' drawn tokens and documents equal, exactly);
 #   - the shard set reads as the unsharded file: "0.7 web.h5 0.3
-#     code-all.h5" gives the same losses bit for bit;
+#     code-all.h5" gives the same losses bit for bit (with data.val = the
+#     code shards' glob, evaluated at step 3);
 #   - bad input, on 2 ranks, every rank naming the key or file and the rule:
 #     a weight <= 0, a glob matching nothing, a source with another tokenizer.
 set -u
@@ -73,8 +74,9 @@ run_step 180 "$mpiexec" -n 2 "$wlb4d" "$deck" "${common[@]}" --data.train="$blen
 "$py" "$src/tests/tools/check_losses.py" b.csv --against a.csv --rtol 1e-5 || fail "resumed losses differ"
 
 run_step 180 "$wlb4d" "$deck" --train.steps=3 --data.train="0.7 web.h5 0.3 code-all.h5" --checkpoint.dir=ck-c \
-  --log.csv_file=c.csv
+  --log.csv_file=c.csv --data.val="code-shard-*.h5" --train.eval_every=3 --train.eval_tokens=256
 [ "$rc" -eq 0 ] || fail "the unsharded blend did not train"
+out_has -E "step +3/3 .*\| val [0-9.]+" || fail "no validation loss from data.val = a glob of shards"
 "$py" "$src/tests/tools/check_losses.py" c.csv --against a.csv --rtol 0 || fail "the shard set reads differently"
 
 "$py" - <<'PY' || fail "the /sources tables"
