@@ -81,6 +81,13 @@ int inspect(const std::string& path) {
                 static_cast<long long>(info.eos_id), static_cast<long long>(info.bos_id));
   std::printf("data stream      epoch %lld position %lld\n", static_cast<long long>(st.stream_epoch),
               static_cast<long long>(st.stream_position));
+  // A blend: every source's epoch, position and tokens/documents drawn (/state/data_sources).
+  const auto& ds = st.data_sources;
+  if (!ds.empty() && ds.size() == std::size_t(1 + 4 * ds[0]))
+    for (long long k = 0; k < ds[0]; ++k)
+      std::printf("data source %lld    epoch %lld position %lld, drawn %lld tokens in %lld documents\n", k + 1,
+                  static_cast<long long>(ds[std::size_t(1 + 4 * k)]), static_cast<long long>(ds[std::size_t(2 + 4 * k)]),
+                  static_cast<long long>(ds[std::size_t(3 + 4 * k)]), static_cast<long long>(ds[std::size_t(4 + 4 * k)]));
   std::printf("packer state     %zu int64\n", st.packer_state.size());
   std::printf("seed             %llu\n", static_cast<unsigned long long>(st.seed));
   if (std::isnan(st.last_loss))

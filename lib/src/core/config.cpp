@@ -3,6 +3,7 @@
 
 #include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/core/sources.hpp"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -204,9 +205,23 @@ const std::vector<KeySpec>& key_table() {
               "sequence parallelism: norm/residual regions hold T/tp tokens (needs parallel.tp > 1)", any<bool>()),
       WLB_KEY(bool, parallel, print_coords, "print every rank's (dp,pp,cp,tp) at start-up", any<bool>()),
       // [data]
-      WLB_KEY(std::string, data, train, "training token dataset (HDF5 path from wlb4d-prep)",
-              [](const std::string& v) { return v.empty() ? std::string("must name a file") : std::string(); }),
-      WLB_KEY(std::string, data, val, "validation token dataset (HDF5 path; empty: none)", any<std::string>()),
+      WLB_KEY(std::string, data, train,
+              "training token dataset(s) from wlb4d-prep: a file, shard files (list or glob) read as one stream, "
+              "or a blend of weighted sources 'W1 PATH1 W2 PATH2 ...' (token shares)",
+              [](const std::string& v) {
+                std::string rule;
+                core::parse_sources(v, &rule);
+                return rule;
+              }),
+      WLB_KEY(std::string, data, val,
+              "validation token dataset (a file, or shard files as a list or glob; no weights; empty: none)",
+              [](const std::string& v) {
+                if (v.find_first_not_of(" \t") == std::string::npos) return std::string();
+                std::string rule;
+                const auto s = core::parse_sources(v, &rule);
+                if (rule.empty() && s.size() > 1) rule = "is a blend: the validation set is one source (files, no weights)";
+                return rule;
+              }),
       WLB_KEY(bool, data, shuffle, "seeded shuffle of document order each epoch", any<bool>()),
       WLB_KEY(std::int64_t, data, max_docs, "use only the first N documents (count; 0: all)",
               at_least<std::int64_t>(0)),

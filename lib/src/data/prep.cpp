@@ -15,7 +15,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <atomic>
+#include <exception>
 #include <filesystem>
+#include <future>
+#include <thread>
+#include <time.h>
 #include <memory>
 #include <sstream>
 
@@ -48,7 +53,13 @@ po::options_description prep_options() {
       ("val-output", po::value<std::string>(), "validation dataset to write (HDF5)")
       ("seed", po::value<std::string>()->default_value("1234"),
        "seed of the train/validation split (unsigned integer)")
-      ("max-docs", po::value<std::int64_t>()->default_value(-1), "use only the first N documents (-1: all)");
+      ("max-docs", po::value<std::int64_t>()->default_value(-1), "use only the first N documents (-1: all)")
+      ("threads", po::value<int>()->default_value(0),
+       "encoding threads, each with its own copy of the tokenizer (0: all hardware threads); "
+       "the output does not depend on it")
+      ("shard-tokens", po::value<std::int64_t>()->default_value(0),
+       "write OUT-00000.h5, OUT-00001.h5, ... of about this many tokens each (documents are not cut; 0: one "
+       "file); read them with data.train = OUT-*.h5");
   return o;
 }
 
@@ -86,29 +97,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-SplitSummary write_split(const std::string& path, const std::vector<const std::string*>& docs,
-                         const Tokenizer& tok, const std::string& source) {
-  TokenDatasetWriter w(path, tok.name(), tok.vocab_size(), tok.eos_id(), source, tok.model());
-  std::vector<std::int64_t> lengths;
-  lengths.reserve(docs.size());
-  for (const std::string* d : docs) {
-    auto ids = tok.encode(*d);
-    lengths.push_back(static_cast<std::int64_t>(ids.size()) + 1);
-    w.append(ids);
-  }
-  w.finish();
-  std::sort(lengths.begin(), lengths.end());
-  SplitSummary s;
-  s.path = path;
-  s.docs = w.num_docs();
-  s.tokens = w.num_tokens();
-  s.p50 = percentile(lengths, 50);
-  s.p90 = percentile(lengths, 90);
-  s.p99 = percentile(lengths, 99);
-  s.max = lengths.empty() ? 0 : lengths.back();
-  return s;
-}
-
 // Outputs written under OUT.tmp, renamed onto OUT by commit(); removed when
 // the run fails before.
 struct TmpOutputs {
@@ -133,6 +121,133 @@ struct TmpOutputs {
   }
 };
 
+/// OUT.h5 -> OUT-00007.h5 (shard 7); OUT without .h5 -> OUT-00007.h5.
+std::string shard_path(const std::string& out, std::int64_t i) {
+  const bool h5 = out.size() > 3 && out.compare(out.size() - 3, 3, ".h5") == 0;
+  return fmt::format("{}-{:05d}.h5", h5 ? out.substr(0, out.size() - 3) : out, i);
+}
+
+/// Encodes documents with one tokenizer per thread (thread 0 uses `tok`).
+class ParallelEncoder {
+ public:
+  ParallelEncoder(const Tokenizer& tok, int threads) : tok_(tok) {
+    for (int t = 1; t < threads; ++t) copies_.push_back(make_tokenizer(tok.name(), tok.model(), "wlb4d-prep", tok.eos_id()));
+  }
+  int threads() const { return 1 + static_cast<int>(copies_.size()); }
+  /// CPU seconds the encoding threads spent encoding (CLOCK_THREAD_CPUTIME_ID), all together.
+  double cpu_seconds() const { return cpu_s_; }
+  /// ids[i] = encode(*docs[begin + i]) for i < end - begin.
+  void encode(const std::vector<const std::string*>& docs, std::size_t begin, std::size_t end,
+              std::vector<std::vector<token_t>>& ids) const {
+    ids.resize(end - begin);
+    if (threads() == 1 || end - begin < 2) {
+      const double c0 = thread_cpu_seconds();
+      for (std::size_t i = begin; i < end; ++i) ids[i - begin] = tok_.encode(*docs[i]);
+      cpu_s_ += thread_cpu_seconds() - c0;
+      return;
+    }
+    std::atomic<std::size_t> next{begin};
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads()));
+    std::vector<double> cpu(static_cast<std::size_t>(threads()), 0.0);
+    auto work = [&](int t) {
+      const Tokenizer& tk = t == 0 ? tok_ : *copies_[std::size_t(t - 1)];
+      const double c0 = thread_cpu_seconds();
+      try {
+        for (std::size_t i; (i = next.fetch_add(1)) < end;) ids[i - begin] = tk.encode(*docs[i]);
+      } catch (...) {
+        errors[std::size_t(t)] = std::current_exception();
+        next = end;
+      }
+      cpu[std::size_t(t)] = thread_cpu_seconds() - c0;
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads(); ++t) pool.emplace_back(work, t);
+    work(0);
+    for (auto& th : pool) th.join();
+    for (double c : cpu) cpu_s_ += c;
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  static double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
+  const Tokenizer& tok_;
+  std::vector<std::unique_ptr<Tokenizer>> copies_;
+  mutable double cpu_s_ = 0;
+};
+
+/// Documents per parallel batch: enough to keep the threads busy, few
+/// enough that two batches' ids (one written, one encoded) stay small next
+/// to the corpus.
+constexpr std::size_t kEncodeBatch = 4096;
+
+SplitSummary write_split(const std::string& path, const std::vector<const std::string*>& docs,
+                         const ParallelEncoder& enc, const Tokenizer& tok, const std::string& source,
+                         std::int64_t shard_tokens, TmpOutputs& tmp) {
+  SplitSummary s;
+  std::unique_ptr<TokenDatasetWriter> w;
+  std::int64_t docs_done = 0, tokens_done = 0;
+  auto close = [&] {
+    if (!w) return;
+    w->finish();
+    docs_done += w->num_docs();
+    tokens_done += w->num_tokens();
+    w.reset();
+  };
+  auto open = [&] {
+    const std::string p = shard_tokens > 0 ? shard_path(path, std::int64_t(s.shards.size())) : path;
+    if (shard_tokens > 0) s.shards.push_back(p);
+    w = std::make_unique<TokenDatasetWriter>(tmp.add(p), tok.name(), tok.vocab_size(), tok.eos_id(), source,
+                                             tok.model());
+  };
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(docs.size());
+  // Batch k+1 is encoded (on the encoder's threads) while batch k is written.
+  std::vector<std::vector<token_t>> ids, next_ids;
+  open();
+  enc.encode(docs, 0, std::min(docs.size(), kEncodeBatch), ids);
+  for (std::size_t b = 0; b < docs.size(); b += kEncodeBatch) {
+    const std::size_t nb = b + kEncodeBatch, ne = std::min(docs.size(), nb + kEncodeBatch);
+    std::future<void> ahead;
+    if (nb < docs.size())
+      ahead = std::async(std::launch::async, [&enc, &docs, &next_ids, nb, ne] { enc.encode(docs, nb, ne, next_ids); });
+    for (const auto& v : ids) {
+      if (!w) open();
+      lengths.push_back(static_cast<std::int64_t>(v.size()) + 1);
+      w->append(v);
+      if (shard_tokens > 0 && w->num_tokens() >= shard_tokens) close();
+    }
+    if (ahead.valid()) ahead.get();  // rethrows an encoding error
+    ids.swap(next_ids);
+  }
+  close();
+  std::sort(lengths.begin(), lengths.end());
+  s.path = shard_tokens > 0 ? shard_path(path, 0).substr(0, shard_path(path, 0).size() - 8) + "*.h5" : path;
+  s.docs = docs_done;
+  s.tokens = tokens_done;
+  s.p50 = percentile(lengths, 50);
+  s.p90 = percentile(lengths, 90);
+  s.p99 = percentile(lengths, 99);
+  s.max = lengths.empty() ? 0 : lengths.back();
+  return s;
+}
+
+/// Shards OUT-NNNNN.h5 beyond the `written` ones of this run (an earlier,
+/// longer run's): removed, so that OUT-*.h5 names this run's shards only.
+int remove_stale_shards(const std::string& out, std::size_t written) {
+  int removed = 0;
+  for (std::int64_t i = std::int64_t(written);; ++i) {
+    std::error_code ec;
+    if (!std::filesystem::remove(shard_path(out, i), ec)) break;
+    ++removed;
+  }
+  return removed;
+}
+
 std::string human_bytes(std::int64_t b) {
   if (b < 10 * 1024) return fmt::format("{} B", b);
   if (b < 10 * 1024 * 1024) return fmt::format("{:.1f} KiB", b / 1024.0);
@@ -147,7 +262,7 @@ std::string prep_help() {
      << "usage: wlb4d-prep --input FILE_OR_DIR [--input ...] --output OUT.h5\n"
      << "                  [--tokenizer bytes|sentencepiece|TOKENIZER.json] [--vocab-size N] [--spm-model FILE.model]\n"
      << "                  [--eos-token TEXT] [--val-fraction F --val-output VAL.h5]\n"
-     << "                  [--seed S] [--max-docs N]\n\n"
+     << "                  [--seed S] [--max-docs N] [--threads N] [--shard-tokens T]\n\n"
      << prep_options() << "\n"
      << "Inputs: *.jsonl / *.jsonl.xz hold one JSON object per line, the document is its \"text\";\n"
      << "  *.txt / *.txt.xz are one document per file; a directory is searched recursively for\n"
@@ -196,6 +311,8 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
   if (vm.count("val-output")) o.val_output = vm["val-output"].as<std::string>();
   o.seed = parse_seed(vm["seed"].as<std::string>());
   o.max_docs = vm["max-docs"].as<std::int64_t>();
+  o.threads = vm["threads"].as<int>();
+  o.shard_tokens = vm["shard-tokens"].as<std::int64_t>();
   return o;
 }
 
@@ -223,6 +340,10 @@ static void validate(const PrepOptions& o) {
     throw ConfigError("wlb4d-prep: --val-output must differ from --output");
   if (o.max_docs == 0 || o.max_docs < -1)
     throw ConfigError("wlb4d-prep: --max-docs " + std::to_string(o.max_docs) + " must be >= 1 (or -1: all)");
+  if (o.threads < 0)
+    throw ConfigError("wlb4d-prep: --threads " + std::to_string(o.threads) + " must be >= 0 (0: all hardware threads)");
+  if (o.shard_tokens < 0)
+    throw ConfigError("wlb4d-prep: --shard-tokens " + std::to_string(o.shard_tokens) + " must be >= 0 (0: one file)");
   refuse_input_as_output(o);
 }
 
@@ -297,22 +418,30 @@ PrepSummary run_prep(const PrepOptions& o) {
 
   std::string inputs;
   for (const auto& in : o.inputs) inputs += (inputs.empty() ? "" : ",") + in;
-  const auto t2 = std::chrono::steady_clock::now();
   std::string src = inputs;
   if (n_val > 0) src += fmt::format(" (train split: {} of {} documents, val_fraction {}, seed {})", train.size(), n, o.val_fraction, o.seed);
   // Both outputs are written as OUT.tmp and renamed only when both are
   // complete: a failure leaves existing outputs untouched and no partial file.
   TmpOutputs tmp;
-  s.train = write_split(tmp.add(o.output), train, *tok, src);
+  const int threads = o.threads > 0 ? o.threads : std::max(1, int(std::thread::hardware_concurrency()));
+  const ParallelEncoder enc(*tok, threads);  // the copies' load counts as tokenizer time
+  s.threads = enc.threads();
+  s.tokenizer_s = seconds_since(t1);
+  const auto t2 = std::chrono::steady_clock::now();
+  s.train = write_split(o.output, train, enc, *tok, src, o.shard_tokens, tmp);
   if (n_val > 0) {
     s.has_val = true;
-    s.val = write_split(tmp.add(o.val_output), val, *tok,
+    s.val = write_split(o.val_output, val, enc, *tok,
                         fmt::format("{} (validation split: {} of {} documents, val_fraction {}, seed {})", inputs,
-                                    val.size(), n, o.val_fraction, o.seed));
+                                    val.size(), n, o.val_fraction, o.seed),
+                        o.shard_tokens, tmp);
   }
+  s.encode_cpu_s = enc.cpu_seconds();
   tmp.commit();
-  s.train.path = o.output;
-  if (s.has_val) s.val.path = o.val_output;
+  if (o.shard_tokens > 0) {
+    remove_stale_shards(o.output, s.train.shards.size());
+    if (s.has_val) remove_stale_shards(o.val_output, s.val.shards.size());
+  }
   s.write_s = seconds_since(t2);
   s.total_s = seconds_since(t0);
   return s;
@@ -329,13 +458,17 @@ std::string format_summary(const PrepSummary& s) {
                      s.eos_token.empty() ? "" : " (" + s.eos_token + ")");
   auto line = [&](const char* name, const SplitSummary& x) {
     out += fmt::format(
-        "wlb4d-prep: {} {}: {} documents, {} tokens; document length (tokens) p50 {} p90 {} p99 {} max {}\n", name,
-        x.path, x.docs, x.tokens, x.p50, x.p90, x.p99, x.max);
+        "wlb4d-prep: {} {}{}: {} documents, {} tokens; document length (tokens) p50 {} p90 {} p99 {} max {}\n", name,
+        x.path, x.shards.empty() ? std::string() : fmt::format(" ({} shards)", x.shards.size()), x.docs, x.tokens,
+        x.p50, x.p90, x.p99, x.max);
   };
   line("train", s.train);
   if (s.has_val) line("val", s.val);
-  out += fmt::format("wlb4d-prep: time {:.2f} s (read {:.2f} s, tokenizer {:.2f} s, encode+write {:.2f} s)\n",
-                     s.total_s, s.read_s, s.tokenizer_s, s.write_s);
+  out += fmt::format(
+      "wlb4d-prep: time {:.2f} s (read {:.2f} s, tokenizer {:.2f} s, encode+write {:.2f} s: {:.1f} MB/s on {} "
+      "thread{}; encoding {:.1f} MB per CPU-second)\n",
+      s.total_s, s.read_s, s.tokenizer_s, s.write_s, s.write_s > 0 ? double(c.bytes) / s.write_s * 1e-6 : 0.0,
+      s.threads, s.threads == 1 ? "" : "s", s.encode_cpu_s > 0 ? double(c.bytes) / s.encode_cpu_s * 1e-6 : 0.0);
   return out;
 }
 

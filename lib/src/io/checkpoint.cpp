@@ -255,6 +255,15 @@ struct CollectiveWrite {
       ds.reset();
       if (!step_ok(st >= 0, std::string(e.name) + ": collective write failed")) return false;
     }
+    if (!state.data_sources.empty()) {
+      const auto n = std::int64_t(state.data_sources.size());
+      H ds(create_state(file.get(), kDataSourcesState, H5T_NATIVE_INT64, hsize_t(n)));
+      if (!step_ok(ds.valid(), std::string("cannot create dataset ") + kDataSourcesState)) return false;
+      const herr_t st = write_part(ds.get(), H5T_NATIVE_INT64, {0}, {n},
+                                   wc.rank() == 0 ? state.data_sources.data() : nullptr, dxpl.get());
+      ds.reset();
+      if (!step_ok(st >= 0, std::string(kDataSourcesState) + ": collective write failed")) return false;
+    }
     return true;
   }
 
@@ -721,6 +730,12 @@ void save_weights_checkpoint(const std::string& path, CheckpointInfo info, const
       if (!state.spike_window.empty())
         ok(H5Dwrite(dw.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, state.spike_window.data()) >= 0,
            std::string("cannot write ") + kSpikeWindowState);
+    }
+    if (!state.data_sources.empty()) {
+      H ds(create_state(file.get(), kDataSourcesState, H5T_NATIVE_INT64, state.data_sources.size()));
+      ok(ds.valid() && H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                state.data_sources.data()) >= 0,
+         std::string("cannot write ") + kDataSourcesState);
     }
     if (!info.tokenizer_model.empty()) {
       ok(H(H5Gcreate2(file.get(), kTokenizerGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)).valid(),

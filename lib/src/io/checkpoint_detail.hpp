@@ -59,6 +59,8 @@ inline constexpr const char* kDigestState = "/state/digest";
 /// int64 [1], float64 [2n] (TrainState::skipped_steps, spike_window).
 inline constexpr const char* kSkippedState = "/state/skipped_steps";
 inline constexpr const char* kSpikeWindowState = "/state/spike_window";
+/// data::BlendedStream::save() (int64; only when data.train blends several sources).
+inline constexpr const char* kDataSourcesState = "/state/data_sources";
 /// The serialized sentencepiece model (optional: sentencepiece only; absent in older files).
 inline constexpr const char* kTokenizerGroup = "/tokenizer";
 inline constexpr const char* kTokenizerModel = "/tokenizer/model";

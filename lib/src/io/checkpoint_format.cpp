@@ -256,6 +256,7 @@ std::uint64_t digest_state(const TrainState& s) {
   std::vector<std::uint64_t> v = {std::uint64_t(s.step), std::uint64_t(s.tokens_seen), std::uint64_t(s.stream_epoch),
                                   std::uint64_t(s.stream_position), s.seed};
   for (auto p : s.packer_state) v.push_back(std::uint64_t(p));
+  for (auto p : s.data_sources) v.push_back(std::uint64_t(p));  // none without a blend: older digests hold
   std::uint64_t loss_bits;
   std::memcpy(&loss_bits, &s.last_loss, sizeof loss_bits);
   v.push_back(loss_bits);
@@ -343,6 +344,8 @@ TrainState read_state(hid_t file, const std::string& path, hid_t dxpl) {
       one(read_state_vec(file, kStateNames[3], H5T_NATIVE_INT64, path, dxpl), kStateNames[3], path);
   s.seed = std::uint64_t(one(read_state_vec(file, kStateNames[4], H5T_NATIVE_UINT64, path, dxpl), kStateNames[4], path));
   s.packer_state = read_state_vec(file, kStateNames[5], H5T_NATIVE_INT64, path, dxpl);
+  if (h5::exists(file, kDataSourcesState))
+    s.data_sources = read_state_vec(file, kDataSourcesState, H5T_NATIVE_INT64, path, dxpl);
   if (h5::exists(file, kLastLossState)) {
     H ds = open_expected(file, kLastLossState, path, {1}, "the format");
     require_class(ds.get(), H5T_FLOAT, kLastLossState, path);

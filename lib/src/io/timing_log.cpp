@@ -122,6 +122,15 @@ const std::vector<Field>& trace_fields() {
       WLB_FIELD(R, t1)};
   return fields;
 }
+/// /sources columns, in file order.
+const std::vector<Field>& source_fields() {
+  using R = SourceRecord;
+  static const std::vector<Field> fields = {WLB_FIELD(R, step),         WLB_FIELD(R, source),
+                                            WLB_FIELD(R, tokens),       WLB_FIELD(R, drawn_tokens),
+                                            WLB_FIELD(R, drawn_docs),   WLB_FIELD(R, weight)};
+  return fields;
+}
+
 #undef WLB_FIELD
 
 /// The HDF5 compound type of a record of `size` bytes with these fields.
@@ -135,6 +144,7 @@ Handle compound_type(const std::vector<Field>& fields, std::size_t size) {
 Handle record_type() { return compound_type(step_fields(), sizeof(TimingRecord)); }
 Handle restart_type() { return compound_type(restart_fields(), sizeof(RestartRecord)); }
 Handle trace_type() { return compound_type(trace_fields(), sizeof(TraceRecord)); }
+Handle source_type() { return compound_type(source_fields(), sizeof(SourceRecord)); }
 
 /// A string attribute on `loc`, replacing an older one of the same name
 /// (the identity attributes are rewritten at every start).
@@ -270,7 +280,7 @@ std::size_t truncate_csv(const std::string& path, std::int64_t from) {
 
 struct TimingLog::Impl {
   comm::Communicator world;
-  Handle file, steps, restarts, trace, rtype, stype, ttype;  // closed in reverse order, file last
+  Handle file, steps, restarts, trace, sources, rtype, stype, ttype, srctype;  // closed in reverse order, file last
   std::string h5_path;
   std::ofstream csv;
 
@@ -345,6 +355,16 @@ TimingLog::TimingLog(const std::string& h5_path, const std::string& csv_path, co
           throw DataError("timing log '" + h5_path + "': cannot drop the rows of the steps run again");
         spdlog::info("timing log {}: {} rows with step >= {} (run again by this start) dropped", h5_path,
                      n[0] - keep[0], restart.step);
+      }
+      {
+        h5::Quiet quiet;
+        if (H5Lexists(impl_->file.get(), "/sources", H5P_DEFAULT) > 0)
+          impl_->sources = Handle(H5Dopen2(impl_->file.get(), "/sources", H5P_DEFAULT));
+      }
+      if (impl_->sources.valid()) {  // the same for the blend's rows
+        hsize_t k[1] = {rows_before(impl_->sources.get(), restart.step)};
+        if (H5Dset_extent(impl_->sources.get(), k) < 0)
+          throw DataError("timing log '" + h5_path + "': cannot drop the /sources rows of the steps run again");
       }
     } else {
       impl_->create(h5_path);
@@ -474,6 +494,20 @@ std::vector<TraceRecord> TimingLog::append_trace(const std::vector<TraceRecord>&
     H5Fflush(I.file.get(), H5F_SCOPE_LOCAL);
   }
   return all;
+}
+
+void TimingLog::append_sources(const std::vector<SourceRecord>& rows) {
+  auto& I = *impl_;
+  if (I.world.rank() != 0 || !I.file.valid() || rows.empty()) return;
+  if (!I.srctype.valid()) I.srctype = source_type();
+  if (!I.sources.valid()) I.sources = create_table(I.file.get(), I.h5_path, "/sources", I.srctype.get());
+  append_rows(I.sources.get(), I.srctype.get(), rows.data(), rows.size());
+}
+
+std::vector<SourceRecord> TimingLog::read_sources(const std::string& path) {
+  if (!has_dataset(path, "/sources")) return {};
+  const Handle t = source_type();
+  return read_table<SourceRecord>(path, "/sources", t.get());
 }
 
 std::vector<TraceRecord> TimingLog::read_trace(const std::string& path) {

@@ -133,13 +133,26 @@ std::string format_step_line(const StepResult& last, const std::vector<io::Timin
                             (f.ckpt_write > 0 ? fmt::format(" | ckpt write {:.0f} ms (background)", f.ckpt_write * 1e3)
                                               : std::string()) +
                             (f.sample > 0 ? fmt::format(" | sample {:.0f} ms", f.sample * 1e3) : std::string());
+  // A blend: the step's tokens per source, and each source's share of all tokens drawn so far.
+  std::string src;
+  if (last.source_tokens.size() > 1) {
+    double drawn = 0;
+    for (auto t : last.source_drawn) drawn += double(t);
+    std::string toks, shares;
+    for (std::size_t s = 0; s < last.source_tokens.size(); ++s) {
+      toks += (s ? "/" : "") + human_count(double(last.source_tokens[s]));
+      shares += fmt::format("{}{:.1f}", s ? "/" : "",
+                            drawn > 0 && s < last.source_drawn.size() ? 100.0 * double(last.source_drawn[s]) / drawn : 0.0);
+    }
+    src = " | src " + toks + " (drawn " + shares + "%)";
+  }
   const std::string skip =
       last.skipped ? fmt::format(" | SKIPPED (z loss {:.1f} grad {:.1f})", last.z_loss, last.z_grad) : std::string();
   return fmt::format(
-      "[{}] step {:>5}/{} | loss {:.4f}{} lr {:.2e} gnorm {:.3f}{} | samples {} skipped {} | {:.0f} tok/s/dev {:.3g} "
+      "[{}] step {:>5}/{} | loss {:.4f}{} lr {:.2e} gnorm {:.3f}{} | samples {} skipped {}{} | {:.0f} tok/s/dev {:.3g} "
       "TFLOP/s/dev{} | {} | step {:.0f} ms{}{}",
       ctx.timestamp.empty() ? step_timestamp(std::time(nullptr)) : ctx.timestamp, last.step + 1, ctx.total_steps,
-      last.loss, val, last.lr, last.grad_norm, skip, human_count(double(last.samples)), last.skipped_steps,
+      last.loss, val, last.lr, last.grad_norm, skip, human_count(double(last.samples)), last.skipped_steps, src,
       w.seconds > 0 ? w.tokens / w.seconds / double(ctx.devices) : 0.0, flops_dev * 1e-12, mfu, mem,
       last.seconds * 1e3, extra, ctx.stragglers);
 }

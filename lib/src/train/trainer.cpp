@@ -15,7 +15,9 @@
 #include "wlb4d/core/signals.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/data/tokenizer.hpp"
+#include "wlb4d/data/blend.hpp"
 #include "wlb4d/data/document_stream.hpp"
+#include "wlb4d/core/sources.hpp"
 #include "wlb4d/core/param_shapes.hpp"
 #include "wlb4d/infer/decoder.hpp"
 #include "wlb4d/infer/sampling.hpp"
@@ -52,30 +54,50 @@
 namespace wlb::train {
 
 namespace {
-/// A deck's dataset: a missing file names the key and the command that makes one.
-data::TokenDataset open_dataset(const char* key, const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    throw core::DataError(std::string(key) + " = " + path + ": token dataset does not exist; make it from a corpus "
-                          "with: wlb4d-prep --input CORPUS.jsonl --output " + path);
-  return data::TokenDataset::open(path);
+/// A split key's sources (core/sources.hpp), globs expanded.
+data::ResolvedSources split_sources(const char* key, const std::string& value) {
+  return data::resolve_sources(key, core::parse_sources(key, value));
+}
+
+/// A deck's dataset: every file of the split's sources, opened as one
+/// dataset; a missing file names the key and the command that makes one.
+data::TokenDataset open_dataset(const char* key, const data::ResolvedSources& src) {
+  for (const auto& path : src.files) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0)
+      throw core::DataError(std::string(key) + " = " + path + ": token dataset does not exist; make it from a corpus "
+                            "with: wlb4d-prep --input CORPUS.jsonl --output " + path);
+  }
+  if (src.files.size() == 1) return data::TokenDataset::open(src.files[0]);
+  try {
+    return data::TokenDataset::open(src.files);
+  } catch (const core::DataError& e) {
+    throw core::DataError(std::string(key) + ": " + e.what());
+  }
+}
+
+/// Source s's first document in the dataset of all its files, for s = 0..n.
+std::vector<std::int64_t> source_first_docs(const data::TokenDataset& ds, const data::ResolvedSources& src) {
+  std::vector<std::int64_t> v;
+  for (auto f : src.first_file) v.push_back(ds.file_first_doc(f));
+  return v;
 }
 }  // namespace
 
 namespace {
 
-/// The data stream seen by the packer: documents of the training set in the
-/// stream's seeded order.
+/// The data stream seen by the packer: documents of the training set's
+/// sources in the blend's order (one source: the stream's seeded order).
 class StreamSource final : public balance::DocSource {
  public:
-  explicit StreamSource(data::DocumentStream& s) : s_(s) {}
+  explicit StreamSource(data::BlendedStream& s) : s_(s) {}
   balance::Doc next() override {
     auto d = s_.next();
     return {d.doc_id, d.length};
   }
 
  private:
-  data::DocumentStream& s_;
+  data::BlendedStream& s_;
 };
 
 
@@ -174,9 +196,10 @@ double peak_rss_mib() { return double(core::peak_rss_bytes()) / (1024.0 * 1024.0
 struct Trainer::Impl {
   core::Config cfg;
   const grid::ProcessGrid& grid;
-  data::TokenDataset train_ds;
+  data::ResolvedSources train_src;  // data.train's sources and files
+  data::TokenDataset train_ds;      // all of them, as one dataset
   std::optional<data::TokenDataset> val_ds;
-  data::DocumentStream stream;
+  data::BlendedStream stream;
   StreamSource source;
   std::int64_t vocab = 0;
   balance::CostModel cost;
@@ -224,8 +247,10 @@ struct Trainer::Impl {
   Impl(const core::Config& c, const grid::ProcessGrid& g)
       : cfg(c),
         grid(g),
-        train_ds(open_dataset("data.train", c.data.train)),
-        stream(train_ds, c.train.seed, c.data.shuffle, c.data.max_docs > 0 ? c.data.max_docs : -1),
+        train_src(split_sources("data.train", c.data.train)),
+        train_ds(open_dataset("data.train", train_src)),
+        stream(train_ds, source_first_docs(train_ds, train_src), train_src.weights, c.train.seed, c.data.shuffle,
+               c.data.max_docs > 0 ? c.data.max_docs : -1),
         source(stream) {
     // The outputs first: an unwritable log fails now, not after calibration
     // and checkpoint load (checkpoint.dir is checked below, once its size is known).
@@ -236,7 +261,15 @@ struct Trainer::Impl {
                               {"log.trace_json", trace_json}},
                              g.world());
     io::check_tensorboard_dir(c.log.tensorboard_dir, g.world());  // creates it; the event file comes once the run is accepted
-    if (!c.data.val.empty()) val_ds.emplace(open_dataset("data.val", c.data.val));
+    if (!c.data.val.empty()) val_ds.emplace(open_dataset("data.val", split_sources("data.val", c.data.val)));
+    if (g.rank() == 0 && stream.num_sources() > 1) {
+      std::string what;
+      for (int s = 0; s < stream.num_sources(); ++s)
+        what += fmt::format("{}{}: {:.3g} of the tokens, {} documents ({})", s ? "; " : "", s + 1,
+                            stream.weights()[std::size_t(s)], stream.stream(s).docs_per_epoch(),
+                            train_src.names[std::size_t(s)]);
+      spdlog::info("data.train blends {} sources: {}", stream.num_sources(), what);
+    }
     if (g.rank() == 0)
       for (const auto* ds : {&train_ds, val_ds ? &*val_ds : nullptr})
         if (ds && !ds->has_checksum())
@@ -521,9 +554,8 @@ struct Trainer::Impl {
   /// times within every step (the stream wraps to the next epoch): legal, but
   /// rarely meant, so say it once at start-up.
   void warn_if_dataset_smaller_than_a_step() const {
-    const auto& d = train_ds.doc_offsets();
     const std::int64_t docs = cfg.data.max_docs > 0 ? std::min(cfg.data.max_docs, train_ds.num_docs()) : train_ds.num_docs();
-    const std::int64_t tokens = std::int64_t(d[std::size_t(docs)]);
+    const std::int64_t tokens = train_ds.doc_offset(docs);
     const std::int64_t budget = std::int64_t(cfg.train.micro_batches) * cfg.train.max_seq_len;
     if (tokens < budget && grid.rank() == 0)
       spdlog::warn("data.train='{}' holds {} tokens{}, less than one step's budget of {} (train.micro_batches x "
@@ -585,9 +617,21 @@ struct Trainer::Impl {
     for (const auto& rep : plan.micro_batches)
       for (const auto& mb : rep) pairs += attention_pairs(mb);
     res.model_flops = model::model_flops(cfg.model, vocab, plan.tokens, pairs);
-    const auto st = stream.state();
-    res.samples = st.epoch * stream.docs_per_epoch() + st.position;
+    {
+      const auto st = stream.state();
+      res.samples = 0;
+      for (int s = 0; s < stream.num_sources(); ++s)
+        res.samples += st.streams[std::size_t(s)].epoch * stream.stream(s).docs_per_epoch() +
+                       st.streams[std::size_t(s)].position;
+    }
     res.skipped_steps = skipped_steps;
+    if (stream.num_sources() > 1) {  // the step's tokens per source of the blend
+      res.source_tokens.assign(std::size_t(stream.num_sources()), 0);
+      for (const auto& rep : plan.micro_batches)
+        for (const auto& mb : rep)
+          for (const auto& sp : mb.spans) res.source_tokens[std::size_t(stream.source_of(sp.doc_id))] += sp.length;
+      res.source_drawn = stream.tokens_drawn();
+    }
     return res;
   }
 
@@ -935,8 +979,9 @@ struct Trainer::Impl {
     io::TrainState st;
     st.step = step;
     st.tokens_seen = tokens_seen;
-    st.stream_epoch = stream.state().epoch;
-    st.stream_position = stream.state().position;
+    st.stream_epoch = stream.stream(0).state().epoch;  // one source: the stream of one file, as always
+    st.stream_position = stream.stream(0).state().position;
+    if (stream.num_sources() > 1) st.data_sources = stream.save();
     st.packer_state = packer->save_state();
     st.seed = cfg.train.seed;
     st.last_loss = last_loss;
@@ -1001,7 +1046,21 @@ struct Trainer::Impl {
     last_loss = r.state.last_loss;
     skipped_steps = r.state.skipped_steps;
     if (spike) spike->restore(r.state.spike_window);
-    stream.restore({r.state.stream_epoch, r.state.stream_position});
+    if (stream.num_sources() > 1 || !r.state.data_sources.empty()) {
+      if (r.state.data_sources.empty())
+        throw core::CheckpointError(*path + ": data.train blends " + std::to_string(stream.num_sources()) +
+                                    " sources but the checkpoint holds the position of one stream (/state/data_sources "
+                                    "missing): resume with the data.train it was written with");
+      try {
+        stream.load(r.state.data_sources);
+      } catch (const core::DataError& e) {
+        throw core::CheckpointError(*path + ": " + e.what());
+      }
+    } else {
+      data::BlendedStream::State st = stream.state();
+      st.streams[0] = {r.state.stream_epoch, r.state.stream_position};
+      stream.restore(st);
+    }
     packer->load_state(r.state.packer_state);
     if (grid.rank() == 0) {
       spdlog::info("resumed from {} at step {} (written by wlb4d {} on dp={} pp={} cp={} tp={}, precision {}; "
@@ -1213,6 +1272,20 @@ StepResult Trainer::run() {
     const double elapsed = core::wall_seconds() - I.run_start;
     last.record.elapsed = elapsed;
     const std::vector<io::TimingRecord> all = I.tlog->append(last.record);
+    if (!last.source_tokens.empty()) {
+      std::vector<io::SourceRecord> rows;
+      for (int s = 0; s < I.stream.num_sources(); ++s) {
+        io::SourceRecord r;
+        r.step = last.step;
+        r.source = s;
+        r.tokens = last.source_tokens[std::size_t(s)];
+        r.drawn_tokens = last.source_drawn[std::size_t(s)];
+        r.drawn_docs = I.stream.state().docs[std::size_t(s)];
+        r.weight = I.stream.weights()[std::size_t(s)];
+        rows.push_back(r);
+      }
+      I.tlog->append_sources(rows);  // rank 0 writes
+    }
     if (traced) I.write_trace_json(I.tlog->append_trace(I.trace_rows, kind_names), all, kind_names);  // collective
     const std::vector<Straggler> slow = I.observe_stragglers(last.step, all);
     if (g.rank() == 0) I.write_scalars(last, all);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <hdf5.h>
 
 #include <functional>
@@ -78,10 +79,9 @@ TEST(TokenDataset, MatchesJsonlSource) {
   EXPECT_EQ(ds.tokenizer_model(), "");
   EXPECT_EQ(ds.source(), test::tiny_jsonl());
   ASSERT_EQ(ds.num_docs(), static_cast<std::int64_t>(texts.size()));
-  const auto& off = ds.doc_offsets();
-  ASSERT_EQ(off.size(), texts.size() + 1);
-  EXPECT_EQ(off.front(), 0u);
-  EXPECT_EQ(static_cast<std::int64_t>(off.back()), ds.num_tokens());
+  EXPECT_EQ(ds.doc_offset(0), 0);
+  EXPECT_EQ(ds.doc_offset(ds.num_docs()), ds.num_tokens());
+  EXPECT_TRUE(ds.chunk_checksums());
   ByteTokenizer tok;
   std::int64_t total = 0;
   for (std::int64_t d = 0; d < ds.num_docs(); ++d) {
@@ -109,10 +109,9 @@ TEST(TokenDataset, GlobalRangesCrossDocumentBoundaries) {
   }
   auto ds = TokenDataset::open(tiny_bytes_h5());
   ASSERT_EQ(ds.num_tokens(), static_cast<std::int64_t>(expect.size()));
-  const auto& off = ds.doc_offsets();
-  for (std::size_t d = 1; d + 1 < off.size(); d += 3) {
-    std::int64_t begin = static_cast<std::int64_t>(off[d]) - 10;  // 10 before the boundary ...
-    std::int64_t count = 10 + static_cast<std::int64_t>(off[d + 1] - off[d]) + 5;  // ... past the next one
+  for (std::int64_t d = 1; d + 1 < ds.num_docs() + 1; d += 3) {
+    std::int64_t begin = ds.doc_offset(d) - 10;  // 10 before the boundary ...
+    std::int64_t count = 10 + ds.doc_length(d) + 5;  // ... past the next one
     count = std::min(count, ds.num_tokens() - begin);
     std::vector<token_t> got(static_cast<std::size_t>(count));
     ds.read_tokens(begin, count, got.data());
@@ -335,9 +334,10 @@ TEST(TokenDatasetBounds, SparseTokensAreRefusedBeforeTheChecksumPass) {
       set_attr_i64(f, "num_docs", 1);
       if (!checksum) H5Adelete(f, "tokens_fnv1a64");
     });
+    // (/tokens carries the Fletcher32 filter, so the rule for filtered datasets refuses it.)
     expect_data_error([&] { TokenDataset::open(p); },
                       {p, "dataset 'tokens' declares 1099511627776 elements (4398046511104 bytes)",
-                       "only 262144 bytes are stored", "sparse dataset", "declared size must be backed"});
+                       "compressed bytes are stored", "declared size must be backed"});
   }
 }
 
@@ -481,4 +481,116 @@ TEST(TokenDataset, HfBpeDatasetCarriesItsTokenizerJson) {
   EXPECT_EQ(ds.tokenizer(), "hf-bpe");
   EXPECT_EQ(ds.tokenizer_model(), model);
   EXPECT_EQ(make_tokenizer(ds.tokenizer(), ds.tokenizer_model(), p, ds.eos_id())->decode({104, 105, 300}), "hi");
+}
+
+// ---- integrity per chunk (Fletcher32) and shards read as one dataset ------------
+namespace {
+/// Writes 6 documents of 5 tokens (4 + EOS) with /tokens chunks of 8 tokens.
+std::string write_chunked(const std::string& name, int vocab = 257, int eos = 256) {
+  auto path = test::scratch(name).string();
+  TokenDatasetWriter::Options o;
+  o.chunk_tokens = 8;
+  TokenDatasetWriter w(path, "bytes", vocab, eos, "unit test", "", o);
+  for (token_t d = 0; d < 6; ++d) w.append({10 + d, 20 + d, 30 + d, 40 + d});
+  w.finish();
+  return path;
+}
+/// Flips one bit of the stored bytes of /tokens' chunk `chunk` (in the file, under HDF5).
+void flip_bit_in_chunk(const std::string& path, hsize_t chunk) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "tokens", H5P_DEFAULT);
+  hsize_t coords[1] = {chunk * 8};
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  ASSERT_GE(H5Dget_chunk_info_by_coord(d, coords, &mask, &addr, &size), 0);
+  H5Dclose(d);
+  H5Fclose(f);
+  std::FILE* fp = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(fp, nullptr);
+  std::fseek(fp, long(addr + 4), SEEK_SET);  // the chunk's second token, low byte (little-endian)
+  const int c = std::fgetc(fp);
+  std::fseek(fp, long(addr + 4), SEEK_SET);
+  std::fputc(c ^ 0x01, fp);  // 21 -> 20: still a valid id, only the checksum sees it
+  std::fclose(fp);
+}
+}  // namespace
+
+TEST(TokenDatasetIntegrity, AFlippedBitFailsTheReadOfItsChunkNamingFileAndRange) {
+  const auto p = write_chunked("flip-chunk.h5");
+  flip_bit_in_chunk(p, 1);  // tokens [8, 16): documents 1-3
+  auto ds = TokenDataset::open(p);  // nothing is read at open
+  EXPECT_TRUE(ds.chunk_checksums());
+  EXPECT_TRUE(ds.has_checksum());
+  std::vector<token_t> buf(5);
+  ds.read(0, 0, 5, buf.data());  // chunk 0 is intact
+  EXPECT_EQ(buf[1], 20u);
+  ds.read(4, 0, 5, buf.data());  // chunk 2 ([16, 24), documents 3-4) too
+  EXPECT_EQ(buf[0], 14u);
+  expect_data_error([&] { ds.read(2, 0, 5, buf.data()); },
+                    {p, "dataset 'tokens' is corrupt", "tokens [8, 16)", "documents 1-3", "Fletcher32"});
+  std::vector<token_t> all(std::size_t(ds.num_tokens()));
+  expect_data_error([&] { ds.read_tokens(0, ds.num_tokens(), all.data()); }, {p, "tokens [8, 16)", "Fletcher32"});
+}
+
+TEST(TokenDatasetIntegrity, OldDatasetsWithoutTheFilterKeepTheirChecksumPass) {
+  // /tokens rewritten without Fletcher32 (as wlb4d-prep wrote it before): the
+  // whole-file tokens_fnv1a64 pass at open still finds a changed id.
+  const auto p = write_custom("old-nofilter.h5", [](hid_t f) {
+    replace_dataset<std::uint32_t>(f, "tokens", H5T_STD_U32LE, {72, 105, 256, 34, 256}, H5T_NATIVE_UINT32);
+  });
+  expect_data_error([&] { TokenDataset::open(p); }, {p, "does not match its checksum"});
+  const auto q = write_custom("old-nofilter-ok.h5", [](hid_t f) {
+    replace_dataset<std::uint32_t>(f, "tokens", H5T_STD_U32LE, {72, 105, 256, 33, 256}, H5T_NATIVE_UINT32);
+  });
+  auto ds = TokenDataset::open(q);
+  EXPECT_TRUE(ds.has_checksum());
+  EXPECT_FALSE(ds.chunk_checksums());
+}
+
+TEST(TokenDatasetShards, ShardsReadAsTheUnshardedFile) {
+  // The tiny corpus written whole, and the same documents cut into 3 files.
+  auto texts = test::jsonl_texts(test::tiny_jsonl());
+  auto whole = TokenDataset::open(tiny_bytes_h5());
+  std::vector<std::string> paths;
+  const std::size_t cut[] = {0, 7, 8, 20};  // a one-document shard in the middle
+  for (int s = 0; s < 3; ++s) {
+    paths.push_back(test::scratch("tiny-shard-" + std::to_string(s) + ".h5").string());
+    TokenDatasetWriter w(paths.back(), "bytes", 257, 256, "unit test", "");
+    for (std::size_t d = cut[s]; d < cut[s + 1]; ++d) {
+      std::vector<token_t> v(static_cast<std::size_t>(whole.doc_length(std::int64_t(d))) - 1);
+      whole.read(std::int64_t(d), 0, std::int64_t(v.size()), v.data());
+      w.append(v);
+    }
+    w.finish();
+  }
+  auto sh = TokenDataset::open(paths);
+  EXPECT_EQ(sh.num_files(), 3);
+  EXPECT_EQ(sh.file_first_doc(1), 7);
+  EXPECT_EQ(sh.file_first_doc(3), 20);
+  EXPECT_EQ(sh.num_docs(), whole.num_docs());
+  EXPECT_EQ(sh.num_tokens(), whole.num_tokens());
+  EXPECT_EQ(sh.doc_lengths(), whole.doc_lengths());
+  for (std::int64_t d = 0; d <= whole.num_docs(); ++d) EXPECT_EQ(sh.doc_offset(d), whole.doc_offset(d)) << d;
+  std::vector<token_t> a(std::size_t(whole.num_tokens())), b(a.size());
+  whole.read_tokens(0, whole.num_tokens(), a.data());
+  sh.read_tokens(0, sh.num_tokens(), b.data());  // crosses both file boundaries
+  EXPECT_EQ(a, b);
+  for (std::int64_t d = 0; d < whole.num_docs(); ++d) {
+    std::vector<token_t> x(std::size_t(whole.doc_length(d))), y(x.size());
+    whole.read(d, 0, std::int64_t(x.size()), x.data());
+    sh.read(d, 0, std::int64_t(y.size()), y.data());
+    EXPECT_EQ(x, y) << d;
+  }
+  EXPECT_NE(sh.identity().find("|"), std::string::npos);
+  EXPECT_NE(sh.path().find("(and 2 more files)"), std::string::npos) << sh.path();
+}
+
+TEST(TokenDatasetShards, ShardsWithAnotherVocabularyAreRefused) {
+  const auto a = write_chunked("shard-vocab-a.h5");
+  const auto b = write_chunked("shard-vocab-b.h5", 300, 256);
+  expect_data_error([&] { TokenDataset::open(std::vector<std::string>{a, b}); },
+                    {b, "vocab_size 300 differs from " + a + "'s 257", "must share the tokenizer and its vocabulary"});
+  const auto c = write_chunked("shard-eos-c.h5", 257, 0);
+  expect_data_error([&] { TokenDataset::open(std::vector<std::string>{a, c}); }, {c, "eos_id 0 differs"});
 }

@@ -262,3 +262,94 @@ TEST(PrepSafety, OutputsAreRenamedFromTmpWhenComplete) {
   EXPECT_TRUE(test::read_file(o.output) == "an older dataset") << "the existing --output was replaced";
   EXPECT_FALSE(std::filesystem::exists(o.output + ".tmp"));
 }
+
+namespace {
+/// Every attribute, length and token of two datasets (shards open as one) are equal.
+void expect_same_dataset(const TokenDataset& a, const TokenDataset& b) {
+  EXPECT_EQ(a.tokenizer(), b.tokenizer());
+  EXPECT_EQ(a.vocab_size(), b.vocab_size());
+  EXPECT_EQ(a.eos_id(), b.eos_id());
+  EXPECT_EQ(a.tokenizer_model(), b.tokenizer_model());
+  EXPECT_EQ(a.source(), b.source());
+  ASSERT_EQ(a.doc_lengths(), b.doc_lengths());
+  std::vector<token_t> x(std::size_t(a.num_tokens())), y(x.size());
+  a.read_tokens(0, a.num_tokens(), x.data());
+  b.read_tokens(0, b.num_tokens(), y.data());
+  EXPECT_EQ(x, y);
+}
+}  // namespace
+
+TEST(PrepParallel, ThreadsAndShardsWriteWhatTheSerialRunWrites) {
+  const auto json_path = test::scratch("par-tokenizer.json");
+  test::write_file(json_path, test::tokenizer_json({{"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"e", "r"}},
+                                                   test::gpt2_pre()).dump());
+  for (const std::string& tk : {std::string("bytes"), json_path.string(), std::string("sentencepiece")}) {
+    SCOPED_TRACE(tk);
+    const std::string tag = tk == "bytes" ? "bytes" : tk == "sentencepiece" ? "spm" : "hf";
+    PrepOptions o;
+    o.inputs = {test::tiny_jsonl()};
+    o.tokenizer = tk;
+    o.vocab_size = 400;
+    if (tag == "hf") o.eos_token = "<|eot_id|>";
+    o.val_fraction = 0.1;
+    o.threads = 1;
+    o.output = test::scratch("par-" + tag + "-serial.h5").string();
+    o.val_output = test::scratch("par-" + tag + "-serial-val.h5").string();
+    const auto serial = run_prep(o);
+    EXPECT_EQ(serial.threads, 1);
+    o.threads = 3;
+    o.output = test::scratch("par-" + tag + "-threads.h5").string();
+    o.val_output = test::scratch("par-" + tag + "-threads-val.h5").string();
+    const auto par = run_prep(o);
+    EXPECT_EQ(par.threads, 3);
+    EXPECT_EQ(par.train.tokens, serial.train.tokens);
+    expect_same_dataset(TokenDataset::open(serial.train.path), TokenDataset::open(par.train.path));
+    expect_same_dataset(TokenDataset::open(serial.val.path), TokenDataset::open(par.val.path));
+    // Shards of ~1/5 of the tokens, read as one stream: the serial file again.
+    o.shard_tokens = serial.train.tokens / 5;
+    o.output = test::scratch("par-" + tag + "-shard.h5").string();
+    o.val_output = test::scratch("par-" + tag + "-shard-val.h5").string();
+    const auto sh = run_prep(o);
+    ASSERT_GE(sh.train.shards.size(), 3u);
+    EXPECT_EQ(sh.train.shards[1], test::scratch("par-" + tag + "-shard-00001.h5").string());
+    EXPECT_EQ(sh.train.path, test::scratch("par-" + tag + "-shard-*.h5").string());
+    EXPECT_NE(format_summary(sh).find("-shard-*.h5 (" + std::to_string(sh.train.shards.size()) + " shards): 18 documents"),
+              std::string::npos)
+        << format_summary(sh);
+    for (const auto& p : sh.train.shards) {  // every shard but the last holds >= shard_tokens
+      auto one = TokenDataset::open(p);
+      if (p != sh.train.shards.back()) {
+        EXPECT_GE(one.num_tokens(), o.shard_tokens) << p;
+      }
+    }
+    expect_same_dataset(TokenDataset::open(serial.train.path), TokenDataset::open(sh.train.shards));
+    expect_same_dataset(TokenDataset::open(serial.val.path), TokenDataset::open(sh.val.shards));
+    // A later run with fewer shards removes the earlier run's extra ones.
+    const std::size_t before = sh.train.shards.size();
+    o.shard_tokens = serial.train.tokens;  // everything fits in shard 0 (it reaches the limit at the last document)
+    const auto fewer = run_prep(o);
+    EXPECT_EQ(fewer.train.shards.size(), 1u);
+    for (std::size_t i = 1; i < before; ++i)
+      EXPECT_FALSE(std::filesystem::exists(test::scratch("par-" + tag + "-shard-0000" + std::to_string(i) + ".h5")));
+  }
+}
+
+TEST(PrepParallel, BadThreadAndShardOptions) {
+  const char* a1[] = {"wlb4d-prep", "-i", "a.jsonl", "-o", "o.h5", "--threads", "4", "--shard-tokens", "1000000"};
+  const auto p = parse_prep_args(static_cast<int>(std::size(a1)), a1);
+  EXPECT_EQ(p.threads, 4);
+  EXPECT_EQ(p.shard_tokens, 1000000);
+  PrepOptions o;
+  o.inputs = {test::tiny_jsonl()};
+  o.output = test::scratch("bad-threads.h5").string();
+  o.threads = -1;
+  EXPECT_THROW(run_prep(o), core::ConfigError);
+  o.threads = 0;
+  o.shard_tokens = -5;
+  try {
+    run_prep(o);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--shard-tokens -5 must be >= 0"), std::string::npos) << e.what();
+  }
+}

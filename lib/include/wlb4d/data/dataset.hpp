@@ -19,14 +19,28 @@
 ///   max_token_id (int: the largest id in /tokens, EOS included) and
 ///   tokens_fnv1a64 (string, 16 hex digits: FNV-1a 64 over /tokens as
 ///   little-endian uint32 bytes, core/hash.hpp). The last two are absent in
-///   datasets written before they existed; such files stay readable
-///   (has_checksum() false: the trainer warns) and are checked per span only.
+///   datasets written before they existed.
+/// - Written by wlb4d-prep since sharded prep (additive, format_version stays 1): /tokens and
+///   /doc_offsets carry HDF5's Fletcher32 filter (a checksum per chunk that
+///   HDF5 verifies on every read).
 ///
-/// Integrity at open (both open()s): max_token_id < vocab_size, then one
-/// pass over /tokens (16 MiB reads) that checks every id < vocab_size and
-/// the checksum, so a flipped token byte that stays inside the vocabulary
-/// is found before training (collective open: by rank 0, verdict on every
-/// rank). Cost, measured on this platform: see docs/data.md.
+/// Integrity (both open()s): max_token_id < vocab_size at open. Files with
+/// the Fletcher32 filter: nothing more at open (O(1) in the token count); a
+/// chunk that fails its checksum fails the read that touches it, naming the
+/// file, the chunk's token range and its documents. Files without it but
+/// with tokens_fnv1a64 (an older wlb4d-prep): one pass over /tokens at open
+/// (16 MiB reads, O(tokens); collective open: by rank 0) checking every id
+/// and the checksum. Files with neither: every read span's ids are checked
+/// against vocab_size only (has_checksum() false: the trainer warns).
+///
+/// Memory: document lengths are held as uint32 (4 bytes a document) with a
+/// uint64 offset every 64 documents (doc_offset() adds at most 63 lengths):
+/// 4.1 bytes a document, about 0.41 GB at 100 M documents (docs/data.md has
+/// the measurement). /doc_offsets is read in 8 MiB windows.
+///
+/// Several files (shards) open as one dataset: documents and tokens are
+/// numbered in file order; every file must have the same tokenizer,
+/// vocab_size, eos_id and tokenizer model.
 
 #include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/core/types.hpp"
@@ -41,17 +55,20 @@ namespace wlb::data {
 inline constexpr const char* kTokenFormat = "wlb4d-tokens";
 inline constexpr int kTokenFormatVersion = 1;
 
-/// Read-only view of a token dataset. Holds the HDF5 file open (RAII; movable,
-/// not copyable). doc_offsets are loaded at open; tokens are read on demand,
-/// only the requested hyperslab.
+/// Read-only view of a token dataset: one file or several shard files read
+/// as one. Holds the HDF5 files open (RAII; movable, not copyable). Document
+/// lengths are loaded at open; tokens are read on demand, only the requested
+/// hyperslab.
 ///
 /// Errors: every failure throws core::DataError naming the file, the dataset
 /// and the rule (missing file; not HDF5 / truncated; missing dataset or
 /// attribute; wrong dtype or rank; offsets not starting at 0, not strictly
-/// increasing or not ending at num_tokens; max_token_id >= vocab_size, a
-/// token >= vocab_size or a /tokens checksum mismatch at open; a token >=
-/// vocab_size on read (datasets without a checksum); a span outside the
-/// document or dataset).
+/// increasing or not ending at num_tokens, a document of 2^32 tokens or
+/// more; max_token_id >= vocab_size; a tokens_fnv1a64 mismatch at open
+/// (files without Fletcher32); shards with different tokenizers or
+/// vocabularies; a token >= vocab_size or a chunk failing its Fletcher32
+/// checksum on read (file, chunk token range and documents named); a span
+/// outside the document or dataset).
 class TokenDataset {
  public:
   /// Serial open: each rank opens the file read-only itself (no MPI needed).
@@ -61,6 +78,10 @@ class TokenDataset {
   /// broadcasts them; a schema error is thrown on every rank. Later reads are
   /// independent (any rank may read any span at any time).
   static TokenDataset open(const std::string& path, const comm::Communicator& comm);
+  /// Several files (shards) read as one dataset, in the given order
+  /// (serial / collective as above).
+  static TokenDataset open(const std::vector<std::string>& paths);
+  static TokenDataset open(const std::vector<std::string>& paths, const comm::Communicator& comm);
 
   TokenDataset(TokenDataset&&) noexcept;
   TokenDataset& operator=(TokenDataset&&) noexcept;
@@ -74,12 +95,22 @@ class TokenDataset {
   int eos_id() const;
   /// "bytes", "sentencepiece" or "hf-bpe".
   const std::string& tokenizer() const;
-  /// The path given to open().
+  /// The path given to open(); for several files "FIRST (and N more files)".
   const std::string& path() const;
   /// The `source` attribute (what the dataset was prepared from).
   const std::string& source() const;
-  /// num_docs()+1 offsets into /tokens, loaded at open.
-  const std::vector<std::uint64_t>& doc_offsets() const;
+  /// Token offset of document doc (0 <= doc <= num_docs(); num_docs() gives
+  /// num_tokens()). O(64). \throws DataError when doc is out of range.
+  std::int64_t doc_offset(std::int64_t doc) const;
+  /// Tokens of every document (EOS included), num_docs() entries, as held in memory.
+  const std::vector<std::uint32_t>& doc_lengths() const;
+  /// Bytes held for the document lengths and the offset index.
+  std::size_t index_bytes() const;
+  /// The files, in document order; file i holds documents
+  /// [file_first_doc(i), file_first_doc(i+1)) (file_first_doc(num_files()) = num_docs()).
+  std::int64_t num_files() const;
+  const std::string& file_path(std::int64_t i) const;
+  std::int64_t file_first_doc(std::int64_t i) const;
   /// Tokens of document doc, including its EOS. \throws DataError when doc is out of range.
   std::int64_t doc_length(std::int64_t doc) const;
   /// Reads tokens [offset, offset+length) of document doc into out[0, length).
@@ -88,15 +119,18 @@ class TokenDataset {
   /// Reads global tokens [begin, begin+count) (may cross documents) into out.
   /// \throws DataError when the range leaves [0, num_tokens) or a token >= vocab_size.
   void read_tokens(std::int64_t begin, std::int64_t count, token_t* out) const;
-  /// "path=<abs path>;size=<bytes>;mtime=<ns>;docs=<n>;tokens=<n>;offsets_fnv1a=<hex>":
-  /// stored in checkpoints to detect a changed dataset on resume.
+  /// "path=<abs path>;size=<bytes>;mtime=<ns>;docs=<n>;tokens=<n>;offsets_fnv1a=<hex>"
+  /// (several files: one such entry each, joined by '|'): stored in
+  /// checkpoints to detect a changed dataset on resume. O(num_docs) once, then cached.
   std::string identity() const;
   /// /tokenizer/model: a serialized sentencepiece model or a tokenizer.json's
   /// text ("" for the bytes tokenizer); read at open.
   std::string tokenizer_model() const;
-  /// The file carries tokens_fnv1a64 (verified at open); false for datasets
-  /// written before wlb4d-prep stored it.
+  /// Every file carries a checksum: the Fletcher32 filter or tokens_fnv1a64;
+  /// false when one was written before wlb4d-prep stored either.
   bool has_checksum() const;
+  /// Every file's /tokens carries the Fletcher32 filter (nothing read at open).
+  bool chunk_checksums() const;
 
  private:
   struct Impl;

@@ -8,6 +8,17 @@
 /// training documents, or loaded from --spm-model; or a byte-level BPE from a
 /// Hugging Face tokenizer.json, byte_level_bpe.hpp), encode and write each
 /// split with TokenDatasetWriter.
+///
+/// Parallel encoding (--threads N): documents are encoded in batches by N
+/// threads, each with its own copy of the tokenizer (rebuilt from its
+/// model, make_tokenizer), and written in corpus order by one writer (the
+/// next batch is encoded while one is written), so the datasets hold the
+/// same documents, tokens and attributes for any N.
+/// Shards (--shard-tokens T): OUT.h5 becomes OUT-00000.h5, OUT-00001.h5, ...,
+/// a new file starting after the document that brings the current one to T
+/// tokens or more (documents are never cut); read them back as one stream
+/// with data.train = OUT-*.h5. Shards OUT-NNNNN.h5 left by an earlier run
+/// beyond the last one written are removed.
 
 #include "wlb4d/data/corpus.hpp"
 
@@ -28,6 +39,8 @@ struct PrepOptions {
   std::string val_output;           ///< validation dataset (required when val_fraction > 0)
   std::uint64_t seed = 1234;        ///< split (and sentencepiece sampling) seed
   std::int64_t max_docs = -1;       ///< first N documents only (< 0: all)
+  int threads = 0;                  ///< encoding threads (0: std::thread::hardware_concurrency())
+  std::int64_t shard_tokens = 0;    ///< > 0: write shards OUT-00000.h5, ... of about this many tokens
   bool help = false;                ///< --help was given
   bool version = false;             ///< --version was given
 };
@@ -44,7 +57,8 @@ std::string prep_help();
 /// One written dataset. Lengths are in tokens, including EOS; percentiles by
 /// nearest rank.
 struct SplitSummary {
-  std::string path;
+  std::string path;                 ///< the file, or the shards' glob (OUT-*.h5)
+  std::vector<std::string> shards;  ///< the shard files written (empty: one file)
   std::int64_t docs = 0, tokens = 0;
   std::int64_t p50 = 0, p90 = 0, p99 = 0, max = 0;
 };
@@ -59,6 +73,8 @@ struct PrepSummary {
   bool has_val = false;
   SplitSummary val;
   double read_s = 0, tokenizer_s = 0, write_s = 0, total_s = 0;  ///< wall seconds
+  int threads = 1;  ///< encoding threads used
+  double encode_cpu_s = 0;  ///< CPU seconds of the encoding threads, all together (per-core rate = bytes / it)
 };
 
 /// Runs the whole preparation.

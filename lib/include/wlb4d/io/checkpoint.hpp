@@ -32,6 +32,10 @@
 ///   /state/last_loss       float64 [1] training loss of the last step run
 ///                                     (nats; NaN when none ran). Optional:
 ///                                     absent in older files.
+///   /state/data_sources    int64 [1+4n] only when data.train blends n > 1 sources:
+///                                     n, then per source epoch, position, tokens
+///                                     and documents drawn (data::BlendedStream::save();
+///                                     stream_epoch/position are source 0's)
 ///   /state/digest          uint64 [1] content digest of the whole state (below).
 ///                                     Optional: absent in older files, which
 ///                                     load and verify ("no digest").
@@ -172,6 +176,9 @@ struct TrainState {
   std::int64_t stream_epoch = 0;     ///< DocumentStream::State::epoch
   std::int64_t stream_position = 0;  ///< DocumentStream::State::position
   std::vector<std::int64_t> packer_state;  ///< Packer::save_state()
+  /// data::BlendedStream::save() when data.train blends several sources
+  /// (/state/data_sources; empty and absent otherwise).
+  std::vector<std::int64_t> data_sources;
   std::uint64_t seed = 0;            ///< train.seed
   double last_loss = std::numeric_limits<double>::quiet_NaN();  ///< loss of the last step run (nats); NaN: none / not stored
   /// Loss-spike guard (train/guards.hpp): updates skipped so far
@@ -187,7 +194,8 @@ struct TrainState {
   bool operator==(const TrainState& o) const {
     const bool same_loss = last_loss == o.last_loss || (std::isnan(last_loss) && std::isnan(o.last_loss));
     return step == o.step && tokens_seen == o.tokens_seen && stream_epoch == o.stream_epoch &&
-           stream_position == o.stream_position && packer_state == o.packer_state && seed == o.seed && same_loss &&
+           stream_position == o.stream_position && packer_state == o.packer_state &&
+           data_sources == o.data_sources && seed == o.seed && same_loss &&
            skipped_steps == o.skipped_steps && spike_window == o.spike_window;
   }
 };

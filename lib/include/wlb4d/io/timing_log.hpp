@@ -9,6 +9,11 @@
 ///              (step, rank), chunked; appended by rank 0 after each step.
 ///   /restarts  1-D extendible compound dataset of RestartRecord, one row per
 ///              start of the trainer (first start included).
+///   /sources   1-D extendible compound dataset of SourceRecord, only when
+///              data.train blends several sources: one row per (step,
+///              source): the step's tokens from it, the tokens and documents
+///              drawn from it so far, its weight (additive: no version change;
+///              rows of steps run again after a resume are replaced).
 ///   /trace     1-D extendible compound dataset of TraceRecord: the step
 ///              log.trace_step names, one row per (rank, interval): every
 ///              pipeline action, every TP collective and CP exchange inside
@@ -152,6 +157,19 @@ struct TraceRecord {
   double t0 = 0, t1 = 0;           ///< start, end: seconds since the traced step's start on this rank
 };
 
+/// One row of /sources (only when data.train blends several sources): what
+/// one source gave one step. Written by rank 0; rows of steps run again
+/// after a resume are replaced, as /steps' rows.
+struct SourceRecord {
+  std::int64_t step = 0;          ///< 0-based step index, as /steps
+  std::int32_t source = 0;        ///< 0-based source index, in data.train's order
+  std::int32_t reserved = 0;      ///< padding (0)
+  std::int64_t tokens = 0;        ///< tokens of the step's plan from this source (trained this step)
+  std::int64_t drawn_tokens = 0;  ///< tokens drawn from the source so far (data::BlendedStream, cumulative)
+  std::int64_t drawn_docs = 0;    ///< documents drawn from the source so far
+  double weight = 0;              ///< the source's weight (normalised)
+};
+
 /// Who wrote the log, stored as attributes on / at every start (the latest wins).
 struct RunIdentity {
   std::string deck;             ///< deck file ("" : defaults and command line only)
@@ -202,6 +220,12 @@ class TimingLog {
   /// rank 0 appends them to /trace (created on first use) and sets its
   /// kind_names attribute. Returns all rows on rank 0, none elsewhere.
   std::vector<TraceRecord> append_trace(const std::vector<TraceRecord>& mine, const std::string& kind_names);
+
+  /// Rank 0 appends rows to /sources (created on first use); other ranks
+  /// ignore the call. Not collective.
+  void append_sources(const std::vector<SourceRecord>& rows);
+  /// Rows of /sources (empty when the run did not blend sources).
+  static std::vector<SourceRecord> read_sources(const std::string& h5_path);
 
   /// Reads every row of /steps (serial; for tests and tools).
   static std::vector<TimingRecord> read_steps(const std::string& h5_path);

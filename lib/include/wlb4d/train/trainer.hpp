@@ -42,6 +42,9 @@ struct StepResult {
   bool skipped = false;       ///< the loss-spike guard skipped this step's update (train.skip_spike_z)
   double z_loss = 0, z_grad = 0;  ///< the guard's z-scores of the loss and grad norm (0: not judged)
   std::int64_t skipped_steps = 0;  ///< updates skipped so far by the loss-spike guard (all starts)
+  /// data.train blending n > 1 sources: the step's tokens per source (from
+  /// its plan) and the tokens drawn from each so far; empty otherwise.
+  std::vector<std::int64_t> source_tokens, source_drawn;
   io::TimingRecord record;    ///< this rank's timing record
 };
 
