@@ -127,8 +127,8 @@ RaggedAttention ragged(const Mask& m) { return ragged_attention(m.lo.data(), m.h
 
 TEST(AttentionRagged, PackedDocumentsAreOneEntryEach) {
   const std::vector<int> lens = {5, 1, 1, 130, 7, 1};
-  std::vector<int> all(146);
-  for (int i = 0; i < 146; ++i) all[i] = i;
+  std::vector<int> all(145);
+  for (int i = 0; i < 145; ++i) all[i] = i;
   const Mask m = doc_causal(lens, all);
   const RaggedAttention r = ragged(m);
   ASSERT_EQ(r.segments.size(), lens.size());
@@ -140,8 +140,8 @@ TEST(AttentionRagged, PackedDocumentsAreOneEntryEach) {
   EXPECT_EQ(r.max_q, 130);
   EXPECT_EQ(r.s_q, 256);
   EXPECT_EQ(r.s_kv, 256);
-  EXPECT_EQ(r.q_rows, 147);
-  EXPECT_EQ(r.kv_rows, 147);
+  EXPECT_EQ(r.q_rows, 146);  // 145 tokens + the padding row
+  EXPECT_EQ(r.kv_rows, 146);
   expect_same_mask(m, r);
 }
 

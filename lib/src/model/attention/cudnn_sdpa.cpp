@@ -61,7 +61,7 @@ enum Uid : std::int64_t {
 void check(const fe::error_object& e, const char* what, const SdpaGraphKey& key) {
   if (e.is_good()) return;
   throw std::runtime_error(std::string("attention (model.attention_kernel=cudnn): ") + what + " failed for the " +
-                           key.str() + " graph: " + e.get_message() +
+                           key.str() + " graph: " + e.err_msg +
                            " (model.attention_kernel=portable runs the portable kernel)");
 }
 
