@@ -20,9 +20,10 @@
 ///     "Stats"), dq, and dk/dv summed over the entries that hold each key in
 ///     entry order.
 /// The backward asks for cuDNN's deterministic algorithm
-/// (SDPA_backward_attributes::set_deterministic_algorithm, cuDNN 9 on sm_90:
-/// no atomics in dQ); the dK/dV sum here has a fixed order, so a rerun gives
-/// the same bits.
+/// (SDPA_backward_attributes::set_deterministic_algorithm: no atomics in dQ);
+/// the dK/dV sum here has a fixed order, so a rerun gives the same bits. Where
+/// cuDNN cannot build the deterministic graph, a warning names the graph and
+/// the default algorithm runs.
 ///
 /// Sources: cuDNN developer guide, "Scaled Dot Product Attention" (support
 /// surface, ragged offsets, padding and bottom-right causal masks);
@@ -95,7 +96,9 @@ std::vector<std::int64_t> thd_stride(std::int64_t heads, std::int64_t s, std::in
   return {heads * s * d, d, heads * d, 1};
 }
 
-Plan build(const SdpaGraphKey& key) {
+// The graph for `key`; the backward with cuDNN's deterministic algorithm when
+// `deterministic`. Throws (check) when cuDNN cannot build it.
+Plan build_graph(const SdpaGraphKey& key, bool deterministic) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t b = key.batch, hq = key.heads_q, hkv = key.heads_kv, sq = key.s_q, skv = key.s_kv,
                      d = key.head_dim;
@@ -169,7 +172,7 @@ Plan build(const SdpaGraphKey& key) {
                     .set_causal_mask_bottom_right(true)
                     .set_max_total_seq_len_q(key.total_q)
                     .set_max_total_seq_len_kv(key.total_kv)
-                    .set_deterministic_algorithm(true);
+                    .set_deterministic_algorithm(deterministic);
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
     dQ->set_output(true).set_uid(kDQ).set_dim({b, hq, sq, d}).set_stride(thd_stride(hq, sq, d)).set_ragged_offset(
         ragged_q);
@@ -187,9 +190,24 @@ Plan build(const SdpaGraphKey& key) {
   p.graph = g;
   check(g->get_workspace_size(p.workspace_bytes), "get_workspace_size", key);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::debug("attention: built the cuDNN SDPA graph {} in {:.1f} ms (workspace {} bytes)", key.str(), ms,
-                p.workspace_bytes);
+  spdlog::debug("attention: built the cuDNN SDPA graph {}{} in {:.1f} ms (workspace {} bytes)", key.str(),
+                key.backward ? (deterministic ? ", deterministic" : ", non-deterministic") : "", ms, p.workspace_bytes);
   return p;
+}
+
+// The backward asks for the deterministic algorithm (layout equivalence needs
+// bitwise reruns); where cuDNN offers none for the shape or the device, it
+// says so once per graph and runs the default one.
+Plan build(const SdpaGraphKey& key) {
+  if (!key.backward) return build_graph(key, false);
+  try {
+    return build_graph(key, true);
+  } catch (const std::runtime_error& e) {
+    spdlog::warn("attention: cuDNN offers no deterministic SDPA backward for the {} graph ({}); running its "
+                 "non-deterministic one: reruns may differ in the last bits",
+                 key.str(), e.what());
+    return build_graph(key, false);
+  }
 }
 
 SdpaPlanCache<Plan>& cache() {
