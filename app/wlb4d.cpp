@@ -1,5 +1,6 @@
 // wlb4d — the training driver: MPI + Kokkos start-up, deck, process grid, Trainer.
 #include "tool_version.hpp"
+#include "wlb4d/core/attention_kernel.hpp"
 #include "wlb4d/core/blas_info.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/signals.hpp"
@@ -26,10 +27,14 @@ int check_only(const wlb::core::CommandLine& cl) {
   const int ranks = cl.check_ranks > 0 ? cl.check_ranks : world_size();
   validate_world(cl.config, ranks);
   const auto& p = cl.config.parallel;
+  const auto& m = cl.config.model;
+  const AttentionKernelChoice attn =
+      resolve_attention_kernel(m.attention_kernel, m.head_dim(), cl.config.train.precision, cudnn_attention_built());
   if (world_rank() == 0)
-    std::printf("wlb4d --check: deck %s OK for %d ranks: dp=%d pp=%d cp=%d tp=%d (schedule %s, packer %s)\n",
+    std::printf("wlb4d --check: deck %s OK for %d ranks: dp=%d pp=%d cp=%d tp=%d (schedule %s, packer %s, "
+                "attention kernel %s: %s)\n",
                 cl.config.deck_path.empty() ? "(defaults)" : cl.config.deck_path.c_str(), ranks, p.dp, p.pp, p.cp,
-                p.tp, p.schedule.c_str(), cl.config.balance.packer.c_str());
+                p.tp, p.schedule.c_str(), cl.config.balance.packer.c_str(), attn.kernel.c_str(), attn.why.c_str());
   return 0;
 }
 }  // namespace
@@ -82,6 +87,7 @@ int main(int argc, char** argv) {
                  grid.dpcp().device_backend());
     const auto blas = core::probe_blas();  // the GEMMs' kernel: a generic one costs 4-7x
     spdlog::info("{}", blas.summary());
+    model::select_attention_kernel(cfg.model.attention_kernel, cfg.model.head_dim(), cfg.train.precision);
     spdlog::info("{}", model::attention_summary());
     if (const auto advice = blas.advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);
     if (const auto advice = blas.thread_advice(); !advice.empty() && rank == 0) spdlog::warn("{}", advice);

@@ -119,6 +119,48 @@ if(WLB4D_ENABLE_CUDA)
   add_library(wlb4d::cublas ALIAS wlb4d_cublas)
 endif()
 
+# ---- cuDNN + cudnn-frontend (model.attention_kernel = cudnn) ---------------------
+#   wlb4d::cudnn          cuDNN (libcudnn, the 9.x loader) and cudnn-frontend's
+#                         header-only C++ API; defines WLB4D_HAVE_CUDNN=1
+# Found, not fetched: cudnn.h/libcudnn in CUDNN_ROOT or the CUDA toolkit (cuDNN
+# 9.19 ships inside CUDA 13's toolkit here), cudnn_frontend.h in
+# CUDNN_FRONTEND_DIR (its include/ folder or the folder above it).
+if(WLB4D_ENABLE_CUDNN)
+  if(NOT WLB4D_ENABLE_CUDA)
+    message(FATAL_ERROR "WLB4D_ENABLE_CUDNN=ON needs WLB4D_ENABLE_CUDA=ON (cuDNN's attention runs on the GPU)")
+  endif()
+  # Default: the vendored release archive next to the checkout (../shared/vendor,
+  # see its README), extracted once into the build tree.
+  set(_cfe_archive "${PROJECT_SOURCE_DIR}/../shared/vendor/cudnn-frontend-1.23.0.tar.gz")
+  set(_cfe_default "${CMAKE_BINARY_DIR}/_deps/cudnn-frontend-1.23.0/cudnn-frontend")
+  set(CUDNN_FRONTEND_DIR "${_cfe_default}" CACHE PATH
+      "cudnn-frontend checkout or extracted archive (the folder holding include/cudnn_frontend.h)")
+  if(CUDNN_FRONTEND_DIR STREQUAL _cfe_default AND NOT EXISTS "${_cfe_default}/include/cudnn_frontend.h"
+     AND EXISTS "${_cfe_archive}")
+    file(ARCHIVE_EXTRACT INPUT "${_cfe_archive}" DESTINATION "${CMAKE_BINARY_DIR}/_deps/cudnn-frontend-1.23.0")
+  endif()
+  find_path(WLB4D_CUDNN_INCLUDE_DIR cudnn.h
+            HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(WLB4D_CUDNN_LIBRARY cudnn
+               HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
+  find_path(WLB4D_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+            HINTS ${CUDNN_FRONTEND_DIR} PATH_SUFFIXES include NO_DEFAULT_PATH)
+  if(NOT WLB4D_CUDNN_INCLUDE_DIR OR NOT WLB4D_CUDNN_LIBRARY)
+    message(FATAL_ERROR "WLB4D_ENABLE_CUDNN: cuDNN not found (cudnn.h: ${WLB4D_CUDNN_INCLUDE_DIR}, libcudnn: "
+                        "${WLB4D_CUDNN_LIBRARY}); set CUDNN_ROOT to its prefix")
+  endif()
+  if(NOT WLB4D_CUDNN_FRONTEND_INCLUDE_DIR)
+    message(FATAL_ERROR "WLB4D_ENABLE_CUDNN: cudnn_frontend.h not found under CUDNN_FRONTEND_DIR="
+                        "${CUDNN_FRONTEND_DIR}; extract ../shared/vendor/cudnn-frontend-1.23.0.tar.gz there or "
+                        "point CUDNN_FRONTEND_DIR at a cudnn-frontend checkout")
+  endif()
+  add_library(wlb4d_cudnn INTERFACE)
+  target_include_directories(wlb4d_cudnn SYSTEM INTERFACE ${WLB4D_CUDNN_INCLUDE_DIR} ${WLB4D_CUDNN_FRONTEND_INCLUDE_DIR})
+  target_link_libraries(wlb4d_cudnn INTERFACE ${WLB4D_CUDNN_LIBRARY} CUDA::cudart ${CMAKE_DL_LIBS})
+  add_library(wlb4d::cudnn ALIAS wlb4d_cudnn)
+  message(STATUS "wlb4d: cuDNN ${WLB4D_CUDNN_LIBRARY}, cudnn-frontend ${WLB4D_CUDNN_FRONTEND_INCLUDE_DIR}")
+endif()
+
 # ---- tests ---------------------------------------------------------------------
 if(WLB4D_ENABLE_TESTS)
   find_package(GTest REQUIRED)

@@ -1,6 +1,7 @@
 // Input deck: Boost.Program_options INI parsing into typed Config structs.
 #include "wlb4d/core/config.hpp"
 
+#include "wlb4d/core/attention_kernel.hpp"
 #include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/sources.hpp"
@@ -187,6 +188,10 @@ const std::vector<KeySpec>& key_table() {
               one_of({"none", "selective", "full"})),
       WLB_KEY(int, model, recompute_layers, "recompute the first N layers of each stage (count; 0: all)",
               at_least(0)),
+      WLB_KEY(std::string, model, attention_kernel,
+              "attention kernel: auto (cudnn on a cuDNN build with train.precision=bf16 and a head dim it takes, "
+              "else portable)|portable (wlb4d's Kokkos/BLAS kernels)|cudnn (cuDNN fused SDPA, bf16 operands)",
+              one_of({"auto", "portable", "cudnn"})),
       // [parallel]
       WLB_KEY(int, parallel, dp, "data-parallel replicas (ranks)", at_least(1)),
       WLB_KEY(int, parallel, pp, "pipeline stages (ranks)", at_least(1)),
@@ -764,6 +769,7 @@ void validate(const Config& c) {
     fail(fmt::format("model.rope_high_freq_factor={} must exceed model.rope_low_freq_factor={} "
                      "(model.rope_scaling=llama3 interpolates between the two wavelengths)",
                      m.rope_high_freq_factor, m.rope_low_freq_factor));
+  resolve_attention_kernel(m.attention_kernel, m.head_dim(), c.train.precision, cudnn_attention_built());
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
     fail(fmt::format("model.kv_heads={} must divide model.heads={} (GQA)", m.kv_heads, m.heads));
   if (m.heads % p.tp != 0)

@@ -7,6 +7,7 @@
 
 #include "wlb4d/model/attention.hpp"
 
+#include "wlb4d/core/attention_kernel.hpp"
 #include "wlb4d/core/blas_info.hpp"
 
 #include "attention/backend.hpp"
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace wlb::model {
 namespace attn_impl {
@@ -88,9 +90,44 @@ inline bool host_blas_tiles() {
 }
 #endif
 
+/// The kernel selected by select_attention_kernel (model.attention_kernel);
+/// portable until it is called. One per process: every call of a run uses it.
+struct Selection {
+  bool cudnn = false;
+  std::string why = "default: portable until model.attention_kernel is applied";
+};
+inline Selection& selection() {
+  static Selection s;
+  return s;
+}
+
+/// Whether this call runs cuDNN: selected, fp32, and a head dim it takes
+/// (checked once at selection for the model's head dim; a call with another
+/// head dim runs the portable kernel).
+template <class Scalar>
+bool use_cudnn(const Dims& dm) {
+#ifdef WLB4D_HAVE_CUDNN
+  return std::is_same<Scalar, float>::value && selection().cudnn && core::cudnn_head_dim_issue(dm.D).empty();
+#else
+  (void)dm;
+  return false;
+#endif
+}
+
 }  // namespace attn_impl
 
 // ------------------------------------------------------------ public API --
+
+core::AttentionKernelChoice select_attention_kernel(const std::string& requested, int head_dim,
+                                                    const std::string& precision) {
+  core::AttentionKernelChoice c =
+      core::resolve_attention_kernel(requested, head_dim, precision, core::cudnn_attention_built());
+  attn_impl::selection().cudnn = c.kernel == "cudnn";
+  attn_impl::selection().why = c.why;
+  return c;
+}
+
+std::string attention_kernel_in_use() { return attn_impl::selection().cudnn ? "cudnn" : "portable"; }
 
 template <class Scalar>
 void attention_forward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar>> k,
@@ -103,6 +140,11 @@ void attention_forward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar>
   if (lse.extent(0) != q.extent(1) || lse.extent(1) != q.extent(0))
     throw std::invalid_argument("attention_forward: lse must be [Hq][T]");
   if (dm.T == 0 || dm.Hq == 0) return;
+#ifdef WLB4D_HAVE_CUDNN
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (use_cudnn<Scalar>(dm)) return cudnn_sdpa::forward(q, k, v, kv_lo, kv_hi, scale, out, lse, dm);
+  }
+#endif
 #ifdef WLB4D_ATTN_HOST_BLAS
   if (host_blas_tiles()) return host_blas::forward<Scalar>(q, k, v, kv_lo, kv_hi, scale, out, lse, dm);
 #endif
@@ -126,6 +168,12 @@ void attention_backward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar
   check_same3(fn, "dv", dv, k, "k [S][Hkv][D]");
   if (lse.extent(0) != q.extent(1) || lse.extent(1) != q.extent(0))
     throw std::invalid_argument("attention_backward: lse must be [Hq][T]");
+#ifdef WLB4D_HAVE_CUDNN
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (use_cudnn<Scalar>(dm))
+      return cudnn_sdpa::backward(q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv, dm);
+  }
+#endif
 #ifdef WLB4D_ATTN_HOST_BLAS
   if (host_blas_tiles())
     return host_blas::backward<Scalar>(q, k, v, out, dout, lse, kv_lo, kv_hi, scale, dq, dk, dv, dm);
@@ -155,6 +203,16 @@ double attention_flops_forward_backward(HostCIntVec kv_lo, HostCIntVec kv_hi,
 }
 
 std::string attention_summary() {
+  const std::string why = " [" + attn_impl::selection().why + "]";
+#ifdef WLB4D_HAVE_CUDNN
+  if (attn_impl::selection().cudnn)
+    return "attention: cuDNN fused SDPA, " + attn_impl::cudnn_sdpa::versions() +
+           " (bf16 operands, fp32 statistics, ragged documents, bottom-right causal)" + why;
+#endif
+  return attention_portable_summary() + why;
+}
+
+std::string attention_portable_summary() {
   const AttentionTiles tiled = attn_impl::tiled::tiles<float>(64);
 #ifdef WLB4D_ATTN_HOST_BLAS
   const char* e = std::getenv("WLB4D_ATTENTION_PATH");

@@ -35,6 +35,8 @@ class Wlb4d(CMakePackage, CudaPackage):
     variant("bench", default=False, description="Google Benchmark kernels in bench/")
     variant("native", default=False,
             description="-march=native host kernels (WLB4D_NATIVE_ARCH; off: portable across nodes)")
+    variant("cudnn", default=False,
+            description="cuDNN fused attention through cudnn-frontend (model.attention_kernel=cudnn; needs +cuda)")
     variant("scripts", default=False,
             description="Python, h5py and matplotlib at run time for scripts/plot_timing.py")
 
@@ -73,6 +75,12 @@ class Wlb4d(CMakePackage, CudaPackage):
         depends_on(f"kokkos-kernels +cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
         depends_on(f"nccl +cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
     conflicts("cuda_arch=none", when="+cuda", msg="wlb4d+cuda: give one cuda_arch (e.g. cuda_arch=90)")
+    # cuDNN's SDPA with ragged offsets, a padding mask and bottom-right causal
+    # alignment on Hopper needs cuDNN 9.10 or newer (cudnn-frontend 1.23
+    # sdpa_support_surface.h). cudnn-frontend itself is header-only and not a
+    # Spack package: CUDNN_FRONTEND_DIR in the environment names its checkout.
+    conflicts("+cudnn", when="~cuda", msg="wlb4d+cudnn: cuDNN's attention runs on the GPU; add +cuda")
+    depends_on("cudnn@9.10:", when="+cudnn")
 
     with when("+scripts"):
         depends_on("python@3.8:", type="run")
@@ -91,6 +99,11 @@ class Wlb4d(CMakePackage, CudaPackage):
             # nvcc_wrapper as the C++ compiler, as for other Kokkos dependents.
             args.append(self.define("CMAKE_CXX_COMPILER", self["kokkos"].kokkos_cxx))
             args.append(self.define("NCCL_ROOT", self.spec["nccl"].prefix))
+        args.append(self.define_from_variant("WLB4D_ENABLE_CUDNN", "cudnn"))
+        if self.spec.satisfies("+cudnn"):
+            args.append(self.define("CUDNN_ROOT", self.spec["cudnn"].prefix))
+            if os.environ.get("CUDNN_FRONTEND_DIR"):
+                args.append(self.define("CUDNN_FRONTEND_DIR", os.environ["CUDNN_FRONTEND_DIR"]))
         return args
 
     def check(self):

@@ -1,5 +1,6 @@
 // Deck parsing: every key parses, overrides win, each class of bad input
 // gives its own message naming key, value and rule.
+#include "wlb4d/core/attention_kernel.hpp"
 #include "wlb4d/core/config.hpp"
 #include "wlb4d/core/error.hpp"
 
@@ -496,4 +497,71 @@ TEST(ConfigStrict, DefaultsPrintAsWritten) {
   Config c;
   c.optim.lr = 0.1 + 0.2;
   EXPECT_EQ(parse_deck_text(to_ini(c)).optim.lr, c.optim.lr);
+}
+
+// ---- model.attention_kernel (core/attention_kernel.hpp) ------------------------
+TEST(AttentionKernel, DefaultIsAutoAndParses) {
+  EXPECT_EQ(Config{}.model.attention_kernel, "auto");
+  EXPECT_EQ(parse_deck_text("[model]\nattention_kernel = portable\n", {}).model.attention_kernel, "portable");
+  expect_config_error([] { parse_deck_text("[model]\nattention_kernel = flash\n", {}); },
+                      {"model.attention_kernel", "auto portable cudnn"});
+}
+
+TEST(AttentionKernel, PortableIsAlwaysTaken) {
+  for (bool built : {false, true})
+    for (int d : {64, 72, 128, 256}) {
+      const auto c = resolve_attention_kernel("portable", d, "fp32", built);
+      EXPECT_EQ(c.kernel, "portable");
+      EXPECT_NE(c.why.find("model.attention_kernel=portable"), std::string::npos);
+    }
+}
+
+TEST(AttentionKernel, CudnnOnABuildWithoutItIsRefusedNamingTheKey) {
+  expect_config_error([] { resolve_attention_kernel("cudnn", 128, "bf16", false); },
+                      {"model.attention_kernel=cudnn", "this build has no cuDNN", "-DWLB4D_ENABLE_CUDNN=ON"});
+}
+
+TEST(AttentionKernel, CudnnWithAHeadDimItDoesNotTakeIsRefusedAndSaysSo) {
+  expect_config_error([] { resolve_attention_kernel("cudnn", 36, "bf16", true); },
+                      {"model.attention_kernel=cudnn", "head dim 36 is not a multiple of 8", "refused"});
+  expect_config_error([] { resolve_attention_kernel("cudnn", 256, "bf16", true); },
+                      {"model.attention_kernel=cudnn", "head dim 256 is above 128", "refused"});
+  for (int d : {8, 64, 96, 128}) EXPECT_EQ(resolve_attention_kernel("cudnn", d, "bf16", true).kernel, "cudnn") << d;
+  // Asked for explicitly, an fp32 run gets it too, and the banner says bf16 operands.
+  const auto c = resolve_attention_kernel("cudnn", 64, "fp32", true);
+  EXPECT_EQ(c.kernel, "cudnn");
+  EXPECT_NE(c.why.find("bf16 operands in an fp32 run"), std::string::npos) << c.why;
+}
+
+TEST(AttentionKernel, AutoChoosesAndSaysWhy) {
+  auto a = resolve_attention_kernel("auto", 128, "bf16", false);
+  EXPECT_EQ(a.kernel, "portable");
+  EXPECT_NE(a.why.find("this build has no cuDNN"), std::string::npos) << a.why;
+  a = resolve_attention_kernel("auto", 128, "bf16", true);
+  EXPECT_EQ(a.kernel, "cudnn");
+  a = resolve_attention_kernel("auto", 36, "bf16", true);  // falls back, and the message says which
+  EXPECT_EQ(a.kernel, "portable");
+  EXPECT_NE(a.why.find("falls back from cuDNN"), std::string::npos) << a.why;
+  EXPECT_NE(a.why.find("head dim 36"), std::string::npos) << a.why;
+  a = resolve_attention_kernel("auto", 64, "fp32", true);  // fp32 runs keep the fp32 kernel
+  EXPECT_EQ(a.kernel, "portable");
+  EXPECT_NE(a.why.find("train.precision=fp32"), std::string::npos) << a.why;
+}
+
+TEST(AttentionKernel, HeadDimRule) {
+  for (int d : {8, 16, 64, 80, 96, 120, 128}) EXPECT_EQ(cudnn_head_dim_issue(d), "") << d;
+  for (int d : {2, 4, 12, 36, 60, 136, 192, 256}) EXPECT_NE(cudnn_head_dim_issue(d), "") << d;
+}
+
+TEST(AttentionKernel, DeckValidationOnThisBuild) {
+  // quickstart-like model: d_model 256, 8 heads -> head dim 32.
+  const std::string deck = "[model]\nattention_kernel = cudnn\n";
+  if (cudnn_attention_built()) {
+    EXPECT_NO_THROW(parse_deck_text(deck, {}));
+    expect_config_error([] { parse_deck_text("[model]\nattention_kernel = cudnn\nd_model = 240\nheads = 4\n", {}); },
+                        {"model.attention_kernel=cudnn", "head dim 60"});
+  } else {
+    expect_config_error([&] { parse_deck_text(deck, {}); }, {"model.attention_kernel=cudnn", "no cuDNN"});
+  }
+  EXPECT_NO_THROW(parse_deck_text("[model]\nattention_kernel = auto\nd_model = 240\nheads = 4\n", {}));
 }

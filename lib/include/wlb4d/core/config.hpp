@@ -62,6 +62,9 @@ struct ModelConfig {
   /// full (keep each layer's input, re-run its forward in the backward).
   std::string recompute = "none";
   int recompute_layers = 0;   ///< recompute the first N layers of each stage (0: all)
+  /// Attention kernel: auto | portable | cudnn (core/attention_kernel.hpp has
+  /// the rule; the start-up banner names the kernel in use and why).
+  std::string attention_kernel = "auto";
   /// Not a deck key: the dataset's vocabulary, set by the trainer. Logits of
   /// ids >= it (the padding of vocab_size) are masked out of the softmax and
   /// the loss (llm.c's convention). 0: every row is a real token.

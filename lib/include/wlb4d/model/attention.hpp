@@ -51,9 +51,14 @@
 /// Backends: the functions below check shapes and run one of the kernels in
 /// lib/src/model/attention/ (one file per backend, one interface:
 /// attention/backend.hpp): the portable Kokkos team kernels (every execution
-/// space) or, on a host execution space, the BLAS-tile path (see
-/// attention_summary()).
+/// space), on a host execution space the BLAS-tile path (see
+/// attention_summary()), or, when select_attention_kernel chose it on a
+/// CUDA + cuDNN build, cuDNN's fused SDPA for fp32 calls (bf16 operands and
+/// fp32 statistics inside; the mask becomes ragged batch entries with a
+/// bottom-right causal mask, attention_ragged.hpp). The cuDNN kernel keeps the
+/// contract above (out, lse [Hq][T] in nats, empty rows) to bf16 rounding.
 
+#include "wlb4d/core/attention_kernel.hpp"
 #include "wlb4d/core/types.hpp"
 
 #include <cstddef>
@@ -142,5 +147,24 @@ double attention_flops_forward_backward(HostCIntVec kv_lo, HostCIntVec kv_hi,
 /// fallback), where the portable register-blocked team kernel (the one CUDA
 /// runs) is faster. Host function; decided once per process.
 std::string attention_summary();
+
+/// The portable kernel's part of attention_summary() (which host path, which
+/// tiles), whatever kernel is selected.
+std::string attention_portable_summary();
+
+/// Applies model.attention_kernel (auto | portable | cudnn) for this process:
+/// resolves it with core::resolve_attention_kernel for the model's head dim
+/// and train.precision, and makes the chosen kernel the one attention_forward
+/// and attention_backward run from now on (fp32 calls; fp64 calls always run
+/// the portable kernel). Until it is called the portable kernel runs, so a
+/// library user or a test that never selects gets today's numerics.
+/// attention_summary() then names the kernel and why it was chosen.
+/// 	hrows core::ConfigError as resolve_attention_kernel does (cudnn on a build
+///   without cuDNN, or for a head dim cuDNN does not take).
+core::AttentionKernelChoice select_attention_kernel(const std::string& requested, int head_dim,
+                                                    const std::string& precision);
+
+/// "portable" or "cudnn": the kernel select_attention_kernel chose (portable before).
+std::string attention_kernel_in_use();
 
 }  // namespace wlb::model

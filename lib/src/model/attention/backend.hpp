@@ -15,6 +15,8 @@
 //              execution space; the one CUDA runs)
 //   host_blas  attention/host_blas.cpp     host execution spaces: the tile
 //              products go to the BLAS (compiled when WLB4D_ATTN_HOST_BLAS)
+//   cudnn_sdpa attention/cudnn_sdpa.cpp    cuDNN's fused SDPA (fp32 only; compiled
+//              when WLB4D_HAVE_CUDNN), chosen by model.attention_kernel
 // The kernels are free functions of named namespaces with external linkage:
 // nvcc accepts no extended lambda in a private member or an unnamed namespace.
 #pragma once
@@ -92,6 +94,23 @@ WLB4D_ATTENTION_BACKEND(tiled)
 WLB4D_ATTENTION_BACKEND(host_blas)
 #endif
 #undef WLB4D_ATTENTION_BACKEND
+
+#ifdef WLB4D_HAVE_CUDNN
+/// cuDNN's fused SDPA through cudnn-frontend (attention/cudnn_sdpa.cpp, built
+/// with WLB4D_ENABLE_CUDNN on a CUDA build): fp32 in and out, bf16 operands
+/// inside, fp32 statistics. fp32 only (fp64 calls run the tiled kernel); the
+/// head dim must pass core::cudnn_head_dim_issue.
+namespace cudnn_sdpa {
+void forward(View3<const float> q, View3<const float> k, View3<const float> v, View1<const std::int32_t> kv_lo,
+             View1<const std::int32_t> kv_hi, float scale, View3<float> out, View2<float> lse, const Dims& dm);
+void backward(View3<const float> q, View3<const float> k, View3<const float> v, View3<const float> out,
+              View3<const float> dout, View2<const float> lse, View1<const std::int32_t> kv_lo,
+              View1<const std::int32_t> kv_hi, float scale, View3<float> dq, View3<float> dk, View3<float> dv,
+              const Dims& dm);
+/// "cuDNN 9.19.0 (cudnn-frontend 1.23.0)": the library this process loaded.
+std::string versions();
+}  // namespace cudnn_sdpa
+#endif
 
 /// Explicit instantiations of a backend's three functions (in its .cpp).
 #define WLB4D_INSTANTIATE_ATTENTION_BACKEND(S)                                                                \
