@@ -209,7 +209,6 @@ struct Trainer::Impl {
   std::unique_ptr<optim::Optimizer> opt;
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;                    // training tokens consumed (checkpointed)
-  std::int64_t skipped_steps = 0;                  // steps whose update was skipped (StepResult::skipped_steps)
   core::PeakSource peak;                           // the MFU peak and where it came from (core::mfu_peak)
   double mem_capacity = 0;   // bytes per rank the step line's memory share divides by (0: unknown)
   bool mem_on_device = false;  // mem_capacity is device memory (else host MemTotal / ranks on the host)
