@@ -56,9 +56,10 @@ for line in lines:
     if r.returncode != 0:
         sys.exit(f"check_readme_watch: README command failed (rc {r.returncode}): {line}")
     ran += 1
-if not ran or not {"tensorboard", "nsys"} <= skipped:
-    sys.exit(f"check_readme_watch: expected runnable commands and the tensorboard and nsys ones "
-             f"(ran {ran}, skipped {sorted(skipped)})")
+# The tensorboard and Nsight commands live in docs/operations.md (blocks that
+# doc_walk lists as needing those programs); this section must run here.
+if not ran:
+    sys.exit(f"check_readme_watch: expected runnable commands (ran {ran}, skipped {sorted(skipped)})")
 tools = os.path.join(src, "tests", "tools")
 w = os.path.join(work, "runs", "watch")
 for cmd in ([sys.executable, os.path.join(tools, "chrome_trace_check.py"), os.path.join(w, "timing.trace.json"),
