@@ -99,33 +99,27 @@ std::int64_t peak_rss_bytes() {
   return std::int64_t(ru.ru_maxrss) * 1024;  // Linux: KiB
 }
 
-std::int64_t available_host_bytes() {
+namespace {
+/// A /proc/meminfo field in bytes ("MemAvailable:", "MemTotal:"), else the
+/// sysconf page count `pages_name` times the page size, else -1.
+std::int64_t meminfo_bytes(const char* field, int pages_name) {
   std::ifstream in("/proc/meminfo");
   std::string key;
   std::int64_t value = 0;
   std::string unit;
   while (in >> key >> value) {
     std::getline(in, unit);
-    if (key == "MemAvailable:") return value * 1024;  // kB
+    if (key == field) return value * 1024;  // kB
   }
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const long pages = sysconf(pages_name), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) return std::int64_t(pages) * std::int64_t(page);
   return -1;
 }
+}  // namespace
 
-std::int64_t total_host_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::int64_t value = 0;
-  std::string unit;
-  while (in >> key >> value) {
-    std::getline(in, unit);
-    if (key == "MemTotal:") return value * 1024;  // kB
-  }
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) return std::int64_t(pages) * std::int64_t(page);
-  return -1;
-}
+std::int64_t available_host_bytes() { return meminfo_bytes("MemAvailable:", _SC_AVPHYS_PAGES); }
+
+std::int64_t total_host_bytes() { return meminfo_bytes("MemTotal:", _SC_PHYS_PAGES); }
 
 std::string format_bytes(double b) {
   const double a = b < 0 ? -b : b;
