@@ -33,6 +33,9 @@ struct TokenDataset::Impl {
   Handle tokens;  // /tokens
   Handle tokens_space;
   std::string checksum;  // tokens_fnv1a64 attribute ("" : a dataset written before it existed)
+  Handle mask;           // /loss_mask (empty: none)
+  Handle mask_space;
+  std::int64_t loss_targets = -1;
   /// FNV-1a 64 over the ids as little-endian uint32 bytes (the host order on
   /// every target wlb4d builds for), in blocks; read_range also checks every
   /// id < vocab_size. "" when it matches or the dataset has no checksum,
@@ -182,6 +185,17 @@ void TokenDataset::Impl::open_common(hid_t fapl) {
   }
   if (h5::has_attr(root, "tokens_fnv1a64")) im.checksum = h5::read_attr_string(root, "tokens_fnv1a64", path);
 
+  if (h5::exists(root, "loss_mask")) {
+    hsize_t nm = 0;
+    im.mask = open_1d(root, path, "loss_mask", H5T_INTEGER, 1, true, "uint8", &nm);
+    if (nm != n)
+      throw DataError(dset_err(path, "loss_mask",
+                               "must hold one value per token: " + std::to_string(nm) + " values for " +
+                                   std::to_string(n) + " tokens"));
+    im.mask_space = Handle(h5::check(H5Dget_space(im.mask.get()), path, "H5Dget_space loss_mask"));
+  }
+  if (h5::has_attr(root, "loss_targets")) im.loss_targets = h5::read_attr_i64(root, "loss_targets", path);
+
   if (im.tokenizer != "bytes") {
     hsize_t m = 0;
     if (!h5::exists(root, "tokenizer"))
@@ -280,6 +294,59 @@ const std::string& TokenDataset::source() const { return impl_->source; }
 const std::vector<std::uint64_t>& TokenDataset::doc_offsets() const { return impl_->offsets; }
 std::string TokenDataset::tokenizer_model() const { return impl_->model; }
 bool TokenDataset::has_checksum() const { return !impl_->checksum.empty(); }
+bool TokenDataset::has_loss_mask() const { return impl_->mask.valid(); }
+
+std::int64_t TokenDataset::loss_targets() const {
+  if (!has_loss_mask()) return num_tokens() - num_docs();
+  return impl_->loss_targets;
+}
+
+void TokenDataset::read_loss_mask(std::int64_t doc, std::int64_t offset, std::int64_t length,
+                                  std::uint8_t* out) const {
+  const auto& im = *impl_;
+  const std::int64_t len = doc_length(doc);
+  if (offset < 0 || length < 0 || offset + length > len)
+    throw DataError(im.path + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+  if (length == 0) return;
+  if (!im.mask.valid()) {
+    std::fill(out, out + length, std::uint8_t{1});
+    return;
+  }
+  const std::int64_t begin = static_cast<std::int64_t>(im.offsets[std::size_t(doc)]) + offset;
+  hsize_t start = static_cast<hsize_t>(begin), cnt = static_cast<hsize_t>(length);
+  const std::string range = "[" + std::to_string(begin) + ", " + std::to_string(begin + length) + ") (document " +
+                            std::to_string(doc) + ")";
+  Handle fspace(h5::check(H5Scopy(im.mask_space.get()), im.path, "H5Scopy"));
+  h5::check_status(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), im.path,
+                   "cannot select loss_mask " + range);
+  Handle mspace(h5::check(H5Screate_simple(1, &cnt, nullptr), im.path, "H5Screate_simple"));
+  herr_t st = -1;
+  {
+    const h5::Quiet quiet;
+    st = H5Dread(im.mask.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT, out);
+  }
+  h5::check_status(st, im.path,
+                   "cannot read dataset 'loss_mask' " + range + " (a chunk failed its Fletcher32 check: corrupt file?)");
+  for (std::int64_t i = 0; i < length; ++i)
+    if (out[i] > 1)
+      throw DataError(im.path + ": dataset 'loss_mask' holds " + std::to_string(int(out[i])) + " at index " +
+                      std::to_string(begin + i) + " (a loss mask is 0 or 1)");
+}
+
+std::int64_t TokenDataset::span_targets(std::int64_t doc, std::int64_t offset, std::int64_t length) const {
+  const std::int64_t len = doc_length(doc);
+  if (offset < 0 || length < 0 || offset + length > len)
+    throw DataError(impl_->path + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+  if (length <= 1) return 0;
+  if (!has_loss_mask()) return length - 1;
+  std::vector<std::uint8_t> m(static_cast<std::size_t>(length));
+  read_loss_mask(doc, offset, length, m.data());
+  std::int64_t n = 0;
+  for (std::int64_t i = 1; i < length; ++i) n += m[std::size_t(i)];
+  return n;
+}
 
 std::int64_t TokenDataset::doc_length(std::int64_t doc) const {
   if (doc < 0 || doc >= num_docs())
@@ -359,6 +426,10 @@ struct TokenDatasetWriter::Impl {
   bool finished = false;
   std::uint64_t fnv = core::kFnv1aOffset;  // tokens_fnv1a64 so far
   std::int64_t max_id = -1;                // max_token_id so far
+  Handle mask;                             // /loss_mask (Options::loss_mask)
+  std::vector<std::uint8_t> mbuf;          // mask values beside buf
+  const std::vector<std::uint8_t>* pending_mask = nullptr;  // append(tokens, mask) in progress
+  std::int64_t loss_targets = 0;
 
   std::int64_t total() const { return written + static_cast<std::int64_t>(buf.size()); }
   void flush() {
@@ -372,6 +443,15 @@ struct TokenDatasetWriter::Impl {
     Handle mspace(h5::check(H5Screate_simple(1, &cnt, nullptr), tmp, "H5Screate_simple"));
     h5::check_status(H5Dwrite(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()),
                      tmp, "cannot write dataset 'tokens' (disk full?)");
+    if (mask.valid()) {
+      h5::check_status(H5Dset_extent(mask.get(), &newsize), tmp, "cannot extend dataset 'loss_mask'");
+      Handle ms(h5::check(H5Dget_space(mask.get()), tmp, "H5Dget_space loss_mask"));
+      h5::check_status(H5Sselect_hyperslab(ms.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), tmp,
+                       "H5Sselect_hyperslab loss_mask");
+      h5::check_status(H5Dwrite(mask.get(), H5T_NATIVE_UINT8, mspace.get(), ms.get(), H5P_DEFAULT, mbuf.data()),
+                       tmp, "cannot write dataset 'loss_mask' (disk full?)");
+      mbuf.clear();
+    }
     fnv = core::fnv1a(buf.data(), buf.size() * sizeof(token_t), fnv);
     for (auto t : buf) max_id = std::max<std::int64_t>(max_id, t);
     written = total();
@@ -418,6 +498,14 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
   im.tokens = Handle(h5::check(H5Dcreate2(root, "tokens", H5T_STD_U32LE, space.get(), H5P_DEFAULT, dcpl.get(),
                                           H5P_DEFAULT),
                                im.tmp, "cannot create dataset 'tokens'"));
+  if (opts.loss_mask) {
+    Handle mcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), im.tmp, "H5Pcreate"));
+    h5::check_status(H5Pset_chunk(mcpl.get(), 1, &chunk), im.tmp, "H5Pset_chunk");
+    h5::check_status(H5Pset_fletcher32(mcpl.get()), im.tmp, "H5Pset_fletcher32");
+    im.mask = Handle(h5::check(H5Dcreate2(root, "loss_mask", H5T_STD_U8LE, space.get(), H5P_DEFAULT, mcpl.get(),
+                                          H5P_DEFAULT),
+                               im.tmp, "cannot create dataset 'loss_mask'"));
+  }
 
   h5::write_attr_string(root, "format", kTokenFormat, im.tmp);
   h5::write_attr_i64(root, "format_version", kTokenFormatVersion, im.tmp);
@@ -446,6 +534,7 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
 TokenDatasetWriter::~TokenDatasetWriter() {
   if (impl_ && !impl_->finished) {
     impl_->tokens.reset();
+    impl_->mask.reset();
     impl_->file.reset();
     std::remove(impl_->tmp.c_str());
   }
@@ -465,8 +554,41 @@ void TokenDatasetWriter::append(const std::vector<token_t>& tokens) {
   im.buf.insert(im.buf.end(), tokens.begin(), tokens.end());
   im.buf.push_back(static_cast<token_t>(im.eos_id));
   im.offsets.push_back(static_cast<std::uint64_t>(im.total()));
+  if (im.mask.valid()) {
+    if (im.pending_mask) {
+      im.mbuf.insert(im.mbuf.end(), im.pending_mask->begin(), im.pending_mask->end());
+      for (std::size_t i = 1; i < im.pending_mask->size(); ++i) im.loss_targets += (*im.pending_mask)[i];
+    } else {
+      im.mbuf.insert(im.mbuf.end(), tokens.size() + 1, std::uint8_t{1});
+      im.loss_targets += static_cast<std::int64_t>(tokens.size());
+    }
+  }
   if (static_cast<std::int64_t>(im.buf.size()) >= 16 * im.opts.chunk_tokens) im.flush();
 }
+
+void TokenDatasetWriter::append(const std::vector<token_t>& tokens, const std::vector<std::uint8_t>& mask) {
+  auto& im = *impl_;
+  if (!im.mask.valid())
+    throw DataError(im.path + ": append with a loss mask needs TokenDatasetWriter::Options::loss_mask");
+  if (mask.size() != tokens.size() + 1)
+    throw DataError(im.path + ": document " + std::to_string(im.offsets.size() - 1) + ": loss mask of " +
+                    std::to_string(mask.size()) + " values for " + std::to_string(tokens.size()) +
+                    " tokens + EOS");
+  for (std::size_t i = 0; i < mask.size(); ++i)
+    if (mask[i] > 1)
+      throw DataError(im.path + ": document " + std::to_string(im.offsets.size() - 1) + ": loss mask value " +
+                      std::to_string(int(mask[i])) + " at token " + std::to_string(i) + " (must be 0 or 1)");
+  im.pending_mask = &mask;
+  try {
+    append(tokens);
+  } catch (...) {
+    im.pending_mask = nullptr;
+    throw;
+  }
+  im.pending_mask = nullptr;
+}
+
+std::int64_t TokenDatasetWriter::loss_targets() const { return impl_->loss_targets; }
 
 void TokenDatasetWriter::finish() {
   auto& im = *impl_;
@@ -488,7 +610,9 @@ void TokenDatasetWriter::finish() {
   h5::write_attr_i64(root, "num_tokens", im.written, im.tmp);
   h5::write_attr_i64(root, "max_token_id", im.max_id, im.tmp);
   h5::write_attr_string(root, "tokens_fnv1a64", hex64(im.fnv), im.tmp);
+  if (im.mask.valid()) h5::write_attr_i64(root, "loss_targets", im.loss_targets, im.tmp);
   im.tokens.reset();
+  im.mask.reset();
   h5::check_status(H5Fflush(root, H5F_SCOPE_GLOBAL), im.tmp, "H5Fflush");
   im.file.reset();
   std::error_code ec;

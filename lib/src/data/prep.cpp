@@ -48,7 +48,16 @@ po::options_description prep_options() {
       ("val-output", po::value<std::string>(), "validation dataset to write (HDF5)")
       ("seed", po::value<std::string>()->default_value("1234"),
        "seed of the train/validation split (unsigned integer)")
-      ("max-docs", po::value<std::int64_t>()->default_value(-1), "use only the first N documents (-1: all)");
+      ("max-docs", po::value<std::int64_t>()->default_value(-1), "use only the first N documents (-1: all)")
+      ("json-keys", po::value<std::string>(),
+       "comma-separated JSONL fields to read (default text): each field that holds a string is one document, "
+       "in this order; with --sft, the PROMPT,RESPONSE fields (default prompt,response)")
+      ("txt-split", po::value<std::string>()->default_value("file"),
+       "how .txt files become documents: file (the whole file), blank-line (every paragraph: lines up to a "
+       "blank line), line (every non-blank line)")
+      ("sft", po::bool_switch(),
+       "fine-tuning records (prompt/response or chat \"messages\"): write a loss mask so that training takes "
+       "the loss on the response / assistant turns only (docs/data.md)");
   return o;
 }
 
@@ -59,7 +68,7 @@ std::uint64_t parse_seed(const std::string& v) {
   errno = 0;
   const unsigned long long x = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
   if (!digits || errno == ERANGE)
-    throw ConfigError("wlb4d-prep: --seed '" + v + "' must be an unsigned integer in [0, 18446744073709551615]");
+    throw ConfigError("--seed '" + v + "' must be an unsigned integer in [0, 18446744073709551615]");
   return static_cast<std::uint64_t>(x);
 }
 
@@ -71,14 +80,14 @@ void refuse_input_as_output(const PrepOptions& o) {
     for (const auto& in : o.inputs) {
       std::error_code ec;
       if (std::filesystem::equivalent(in, *out, ec))
-        throw ConfigError("wlb4d-prep: " + std::string(out == &o.output ? "--output" : "--val-output") + " '" +
+        throw ConfigError("" + std::string(out == &o.output ? "--output" : "--val-output") + " '" +
                           *out + "' is the same file as --input '" + in +
                           "': refusing to overwrite the corpus (write the dataset elsewhere)");
     }
   }
   std::error_code ec;
   if (!o.val_output.empty() && std::filesystem::equivalent(o.output, o.val_output, ec))
-    throw ConfigError("wlb4d-prep: --val-output '" + o.val_output + "' is the same file as --output '" + o.output +
+    throw ConfigError("--val-output '" + o.val_output + "' is the same file as --output '" + o.output +
                       "'");
 }
 
@@ -87,14 +96,35 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 SplitSummary write_split(const std::string& path, const std::vector<const std::string*>& docs,
-                         const Tokenizer& tok, const std::string& source) {
-  TokenDatasetWriter w(path, tok.name(), tok.vocab_size(), tok.eos_id(), source, tok.model());
+                         const Tokenizer& tok, const std::string& source,
+                         const std::vector<const SegmentedDoc*>* segs = nullptr) {
+  TokenDatasetWriter::Options wo;
+  wo.loss_mask = segs != nullptr;
+  TokenDatasetWriter w(path, tok.name(), tok.vocab_size(), tok.eos_id(), source, tok.model(), wo);
   std::vector<std::int64_t> lengths;
   lengths.reserve(docs.size());
-  for (const std::string* d : docs) {
-    auto ids = tok.encode(*d);
+  std::vector<token_t> ids;
+  std::vector<std::uint8_t> mask;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (segs) {
+      // Each segment encoded on its own: no token spans a prompt/response boundary.
+      ids.clear();
+      mask.clear();
+      bool last_target = false;
+      for (const auto& g : *(*segs)[i]) {
+        if (g.text.empty()) continue;
+        const auto part = tok.encode(g.text);
+        ids.insert(ids.end(), part.begin(), part.end());
+        mask.insert(mask.end(), part.size(), g.target ? 1 : 0);
+        last_target = g.target;
+      }
+      mask.push_back(last_target ? 1 : 0);  // EOS: learnt when the document ends with a response
+      w.append(ids, mask);
+    } else {
+      ids = tok.encode(*docs[i]);
+      w.append(ids);
+    }
     lengths.push_back(static_cast<std::int64_t>(ids.size()) + 1);
-    w.append(ids);
   }
   w.finish();
   std::sort(lengths.begin(), lengths.end());
@@ -102,6 +132,7 @@ SplitSummary write_split(const std::string& path, const std::vector<const std::s
   s.path = path;
   s.docs = w.num_docs();
   s.tokens = w.num_tokens();
+  s.loss_targets = w.loss_targets();
   s.p50 = percentile(lengths, 50);
   s.p90 = percentile(lengths, 90);
   s.p99 = percentile(lengths, 99);
@@ -147,13 +178,15 @@ std::string prep_help() {
      << "usage: wlb4d-prep --input FILE_OR_DIR [--input ...] --output OUT.h5\n"
      << "                  [--tokenizer bytes|sentencepiece|TOKENIZER.json] [--vocab-size N] [--spm-model FILE.model]\n"
      << "                  [--eos-token TEXT] [--val-fraction F --val-output VAL.h5]\n"
-     << "                  [--seed S] [--max-docs N]\n\n"
+     << "                  [--seed S] [--max-docs N] [--json-keys K1,K2] [--txt-split file|blank-line|line] [--sft]\n\n"
      << prep_options() << "\n"
-     << "Inputs: *.jsonl / *.jsonl.xz hold one JSON object per line, the document is its \"text\";\n"
-     << "  *.txt / *.txt.xz are one document per file; a directory is searched recursively for\n"
-     << "  these (sorted by path, other files ignored); .xz is read through `xz -dc`.\n"
-     << "Rules: a line that is not a JSON object is an error (file:line); a line without a string\n"
-     << "  \"text\" is skipped and counted; empty or whitespace-only documents are skipped and counted;\n"
+     << "Inputs: *.jsonl / *.jsonl.xz hold one JSON object per line, the document is its \"text\"\n"
+     << "  (--json-keys k1,k2: one document per listed field holding a string, in that order);\n"
+     << "  *.txt / *.txt.xz are cut by --txt-split (default file: one document per file); a directory\n"
+     << "  is searched recursively for these (sorted by path, other files ignored); .xz is read\n"
+     << "  through `xz -dc`.\n"
+     << "Rules: a line that is not a JSON object is an error (file:line); a line without any of the\n"
+     << "  fields is skipped and counted; empty or whitespace-only documents are skipped and counted;\n"
      << "  invalid UTF-8 is replaced by U+FFFD (one per invalid sequence; such documents are counted).\n"
      << "  Documents keep their boundaries; each ends with EOS in the dataset.\n"
      << "Tokenizers: bytes = UTF-8 bytes 0..255 + EOS 256 (vocab 257); sentencepiece = BPE trained on\n"
@@ -163,6 +196,11 @@ std::string prep_help() {
      << "  stored unchanged at /tokenizer/model (tokenizer hf-bpe). Special-token text inside a\n"
      << "  document stays text; EOS is --eos-token, else the first special added token among\n"
      << "  <|end_of_text|>, <|endoftext|>, </s>, <eos>.\n"
+     << "Fine-tuning (--sft): each line is {\"prompt\", \"response\"} (or the --json-keys PROMPT,RESPONSE\n"
+     << "  fields) or {\"messages\": [{\"role\", \"content\"}, ...]} (rendered \"<|role|>\\n\" content \"\\n\");\n"
+     << "  the dataset gets /loss_mask: only the response / assistant tokens (and the EOS after a final\n"
+     << "  response) are loss targets. A record without a non-blank response or assistant turn is an\n"
+     << "  error (file:line).\n"
      << "Split: by document, a seeded permutation puts round(F * N) documents (at least 1 when F > 0)\n"
      << "  into --val-output; both files keep the corpus order.\n";
   return os.str();
@@ -178,7 +216,7 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
     po::store(po::command_line_parser(argc, argv).options(prep_options()).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    throw ConfigError(std::string("wlb4d-prep: ") + e.what() + " (see --help)");
+    throw ConfigError(std::string(e.what()) + " (see --help)");
   }
   PrepOptions o;
   if (vm.count("help") || vm.count("version")) {
@@ -196,33 +234,51 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
   if (vm.count("val-output")) o.val_output = vm["val-output"].as<std::string>();
   o.seed = parse_seed(vm["seed"].as<std::string>());
   o.max_docs = vm["max-docs"].as<std::int64_t>();
+  if (vm.count("json-keys")) {
+    const std::string v = vm["json-keys"].as<std::string>();
+    std::size_t b = 0;
+    while (true) {
+      const std::size_t e = v.find(',', b);
+      o.json_keys.push_back(v.substr(b, e == std::string::npos ? std::string::npos : e - b));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+    for (const auto& k : o.json_keys)
+      if (k.empty()) throw ConfigError("--json-keys '" + v + "' holds an empty field name (expected k1,k2,...)");
+  }
+  o.txt_split = vm["txt-split"].as<std::string>();
+  parse_txt_split(o.txt_split);  // validates
+  o.sft = vm["sft"].as<bool>();
+  if (o.sft && !o.json_keys.empty() && o.json_keys.size() != 2)
+    throw ConfigError("--json-keys with --sft names the PROMPT,RESPONSE fields: exactly 2 (got " +
+                      std::to_string(o.json_keys.size()) + ")");
   return o;
 }
 
 static void validate(const PrepOptions& o) {
-  if (o.inputs.empty()) throw ConfigError("wlb4d-prep: --input is required (a corpus file or directory)");
-  if (o.output.empty()) throw ConfigError("wlb4d-prep: --output is required (the dataset to write)");
+  if (o.inputs.empty()) throw ConfigError("--input is required (a corpus file or directory)");
+  if (o.output.empty()) throw ConfigError("--output is required (the dataset to write)");
   const bool hf = is_hf_tokenizer(o.tokenizer);
   if (o.tokenizer != "bytes" && o.tokenizer != "sentencepiece" && !hf)
-    throw ConfigError("wlb4d-prep: --tokenizer '" + o.tokenizer +
+    throw ConfigError("--tokenizer '" + o.tokenizer +
                       "' must be bytes, sentencepiece or a Hugging Face tokenizer.json (a path ending in .json)");
   if (o.tokenizer != "sentencepiece" && !o.spm_model.empty())
-    throw ConfigError("wlb4d-prep: --spm-model needs --tokenizer sentencepiece");
+    throw ConfigError("--spm-model needs --tokenizer sentencepiece");
   if (!hf && !o.eos_token.empty())
-    throw ConfigError("wlb4d-prep: --eos-token needs --tokenizer TOKENIZER.json (bytes and sentencepiece have a fixed EOS)");
+    throw ConfigError("--eos-token needs --tokenizer TOKENIZER.json (bytes and sentencepiece have a fixed EOS)");
   if (o.tokenizer == "sentencepiece" && o.spm_model.empty() && o.vocab_size < 300)
-    throw ConfigError("wlb4d-prep: --vocab-size " + std::to_string(o.vocab_size) +
+    throw ConfigError("--vocab-size " + std::to_string(o.vocab_size) +
                       " must be >= 300 (256 byte pieces + specials + characters)");
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
-    throw ConfigError("wlb4d-prep: --val-fraction " + std::to_string(o.val_fraction) + " must be in [0, 1)");
+    throw ConfigError("--val-fraction " + std::to_string(o.val_fraction) + " must be in [0, 1)");
   if (o.val_fraction > 0.0 && o.val_output.empty())
-    throw ConfigError("wlb4d-prep: --val-fraction > 0 needs --val-output");
+    throw ConfigError("--val-fraction > 0 needs --val-output");
   if (o.val_fraction == 0.0 && !o.val_output.empty())
-    throw ConfigError("wlb4d-prep: --val-output needs --val-fraction > 0");
+    throw ConfigError("--val-output needs --val-fraction > 0");
   if (!o.val_output.empty() && o.val_output == o.output)
-    throw ConfigError("wlb4d-prep: --val-output must differ from --output");
+    throw ConfigError("--val-output must differ from --output");
   if (o.max_docs == 0 || o.max_docs < -1)
-    throw ConfigError("wlb4d-prep: --max-docs " + std::to_string(o.max_docs) + " must be >= 1 (or -1: all)");
+    throw ConfigError("--max-docs " + std::to_string(o.max_docs) + " must be >= 1 (or -1: all)");
   refuse_input_as_output(o);
 }
 
@@ -244,11 +300,30 @@ PrepSummary run_prep(const PrepOptions& o) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   PrepSummary s;
-  std::vector<std::string> docs = read_corpus(o.inputs, &s.corpus, o.max_docs);
+  std::vector<std::string> docs;
+  std::vector<SegmentedDoc> segs;  // --sft: every document's segments (docs[i] is their text)
+  if (o.sft) {
+    segs = read_sft_corpus(o.inputs, &s.corpus, o.max_docs, o.json_keys.empty() ? "prompt" : o.json_keys[0],
+                           o.json_keys.empty() ? "response" : o.json_keys[1]);
+    docs.reserve(segs.size());
+    for (const auto& d : segs) {
+      std::string text;
+      for (const auto& g : d) text += g.text;
+      docs.push_back(std::move(text));
+    }
+    s.json_keys = "";
+  } else {
+    CorpusOptions co;
+    if (!o.json_keys.empty()) co.json_keys = o.json_keys;
+    co.txt_split = parse_txt_split(o.txt_split);
+    docs = read_corpus(o.inputs, &s.corpus, o.max_docs, co);
+    s.json_keys.clear();
+    for (const auto& k : co.json_keys) s.json_keys += (s.json_keys.empty() ? "\"" : "/\"") + k + "\"";
+  }
   s.read_s = seconds_since(t0);
   if (docs.empty())
-    throw DataError("wlb4d-prep: no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
-                    " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without \"text\")");
+    throw DataError("no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
+                    " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without " + s.json_keys + ")");
 
   // Split by document: the first n_val entries of a seeded permutation.
   const auto n = static_cast<std::int64_t>(docs.size());
@@ -256,7 +331,7 @@ PrepSummary run_prep(const PrepOptions& o) {
   if (o.val_fraction > 0.0) {
     n_val = std::llround(o.val_fraction * static_cast<double>(n));
     n_val = std::clamp<std::int64_t>(n_val, 1, n - 1);
-    if (n < 2) throw DataError("wlb4d-prep: a validation split needs at least 2 documents (have 1)");
+    if (n < 2) throw DataError("a validation split needs at least 2 documents (have 1)");
   }
   std::vector<char> is_val(static_cast<std::size_t>(n), 0);
   if (n_val > 0) {
@@ -264,7 +339,12 @@ PrepSummary run_prep(const PrepOptions& o) {
     for (std::int64_t i = 0; i < n_val; ++i) is_val[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = 1;
   }
   std::vector<const std::string*> train, val;
-  for (std::int64_t i = 0; i < n; ++i) (is_val[static_cast<std::size_t>(i)] ? val : train).push_back(&docs[static_cast<std::size_t>(i)]);
+  std::vector<const SegmentedDoc*> train_segs, val_segs;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    (is_val[k] ? val : train).push_back(&docs[k]);
+    if (o.sft) (is_val[k] ? val_segs : train_segs).push_back(&segs[k]);
+  }
 
   const auto t1 = std::chrono::steady_clock::now();
   std::unique_ptr<Tokenizer> tok;
@@ -291,6 +371,7 @@ PrepSummary run_prep(const PrepOptions& o) {
     }
   }
   s.tokenizer_s = seconds_since(t1);
+  s.sft = o.sft;
   s.tokenizer = tok->name();
   s.vocab_size = tok->vocab_size();
   s.eos_id = tok->eos_id();
@@ -303,12 +384,13 @@ PrepSummary run_prep(const PrepOptions& o) {
   // Both outputs are written as OUT.tmp and renamed only when both are
   // complete: a failure leaves existing outputs untouched and no partial file.
   TmpOutputs tmp;
-  s.train = write_split(tmp.add(o.output), train, *tok, src);
+  s.train = write_split(tmp.add(o.output), train, *tok, src, o.sft ? &train_segs : nullptr);
   if (n_val > 0) {
     s.has_val = true;
     s.val = write_split(tmp.add(o.val_output), val, *tok,
                         fmt::format("{} (validation split: {} of {} documents, val_fraction {}, seed {})", inputs,
-                                    val.size(), n, o.val_fraction, o.seed));
+                                    val.size(), n, o.val_fraction, o.seed),
+                        o.sft ? &val_segs : nullptr);
   }
   tmp.commit();
   s.train.path = o.output;
@@ -321,8 +403,13 @@ PrepSummary run_prep(const PrepOptions& o) {
 std::string format_summary(const PrepSummary& s) {
   std::string out;
   const auto& c = s.corpus;
-  out += fmt::format("wlb4d-prep: read {} documents ({}) from {} file(s); skipped {} empty, {} without \"text\"",
-                     c.documents, human_bytes(c.bytes), c.files, c.empty_skipped, c.no_text_skipped);
+  if (s.sft)
+    out += fmt::format("wlb4d-prep: read {} fine-tuning records ({}) from {} file(s)", c.documents,
+                       human_bytes(c.bytes), c.files);
+  else
+    out += fmt::format("wlb4d-prep: read {} documents ({}) from {} file(s); skipped {} empty, {} without {}",
+                       c.documents, human_bytes(c.bytes), c.files, c.empty_skipped, c.no_text_skipped,
+                       s.json_keys.empty() ? std::string("\"text\"") : s.json_keys);
   if (c.ignored_files) out += fmt::format(", {} other files ignored", c.ignored_files);
   out += fmt::format("; {} with invalid UTF-8 repaired\n", c.utf8_repaired);
   out += fmt::format("wlb4d-prep: tokenizer {}, vocab_size {}, eos_id {}{}\n", s.tokenizer, s.vocab_size, s.eos_id,
@@ -331,6 +418,11 @@ std::string format_summary(const PrepSummary& s) {
     out += fmt::format(
         "wlb4d-prep: {} {}: {} documents, {} tokens; document length (tokens) p50 {} p90 {} p99 {} max {}\n", name,
         x.path, x.docs, x.tokens, x.p50, x.p90, x.p99, x.max);
+    if (s.sft)
+      out += fmt::format("wlb4d-prep: {} loss mask: {} of {} targets trained ({:.1f}%; response / assistant tokens "
+                         "and their EOS)\n",
+                         name, x.loss_targets, x.tokens - x.docs,
+                         x.tokens > x.docs ? 100.0 * double(x.loss_targets) / double(x.tokens - x.docs) : 0.0);
   };
   line("train", s.train);
   if (s.has_val) line("val", s.val);
