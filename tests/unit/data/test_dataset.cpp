@@ -482,3 +482,72 @@ TEST(TokenDataset, HfBpeDatasetCarriesItsTokenizerJson) {
   EXPECT_EQ(ds.tokenizer_model(), model);
   EXPECT_EQ(make_tokenizer(ds.tokenizer(), ds.tokenizer_model(), p, ds.eos_id())->decode({104, 105, 300}), "hi");
 }
+
+// Fine-tuning datasets: /loss_mask round trip, span targets, the rules.
+TEST(TokenDatasetLossMask, RoundTripSpanTargetsAndRules) {
+  const auto path = test::scratch("mask.h5").string();
+  {
+    TokenDatasetWriter::Options wo;
+    wo.loss_mask = true;
+    wo.chunk_tokens = 3;  // several chunks, several flushes
+    TokenDatasetWriter w(path, "bytes", 257, 256, "unit test", "", wo);
+    w.append({1, 2, 3, 4}, {0, 0, 1, 1, 1});  // prompt 1 2, response 3 4, EOS
+    w.append({5, 6});                         // no mask given: all targets
+    w.append({7, 8, 9}, {0, 1, 0, 0});        // a chat ending with a user turn: EOS masked
+    EXPECT_THROW(w.append({1}, {1}), core::DataError);         // 1 token + EOS need 2 values
+    EXPECT_THROW(w.append({1}, {1, 2}), core::DataError);      // not 0/1
+    EXPECT_EQ(w.loss_targets(), 3 + 2 + 1);
+    w.finish();
+  }
+  const auto ds = TokenDataset::open(path);
+  ASSERT_TRUE(ds.has_loss_mask());
+  EXPECT_EQ(ds.loss_targets(), 6);
+  std::vector<std::uint8_t> m(5);
+  ds.read_loss_mask(0, 0, 5, m.data());
+  EXPECT_EQ(m, (std::vector<std::uint8_t>{0, 0, 1, 1, 1}));
+  ds.read_loss_mask(1, 0, 3, m.data());
+  EXPECT_EQ(std::vector<std::uint8_t>(m.begin(), m.begin() + 3), (std::vector<std::uint8_t>{1, 1, 1}));
+  // span_targets counts positions whose next token is a target.
+  EXPECT_EQ(ds.span_targets(0, 0, 5), 3);
+  EXPECT_EQ(ds.span_targets(0, 0, 2), 0);  // prompt only
+  EXPECT_EQ(ds.span_targets(0, 1, 3), 2);  // tokens 2 3 4: targets 3, 4
+  EXPECT_EQ(ds.span_targets(2, 0, 4), 1);
+  EXPECT_THROW(ds.span_targets(2, 1, 4), core::DataError);
+  EXPECT_THROW(ds.read_loss_mask(0, 3, 3, m.data()), core::DataError);
+  // Without /loss_mask: every next token is a target, the mask reads as ones.
+  const auto& plain = TokenDataset::open(tiny_bytes_h5());
+  EXPECT_FALSE(plain.has_loss_mask());
+  EXPECT_EQ(plain.span_targets(0, 0, 10), 9);
+  EXPECT_EQ(plain.loss_targets(), plain.num_tokens() - plain.num_docs());
+  ds.read_loss_mask(0, 0, 0, m.data());
+  // append(tokens, mask) needs Options::loss_mask.
+  TokenDatasetWriter w2(test::scratch("nomask.h5").string(), "bytes", 257, 256, "unit test", "");
+  expect_data_error([&] { w2.append({1}, {1, 1}); }, {"nomask.h5", "Options::loss_mask"});
+}
+
+namespace {
+void add_mask(hid_t f, const std::vector<std::uint8_t>& v) {
+  hsize_t n = v.size();
+  hid_t s = H5Screate_simple(1, &n, nullptr);
+  hid_t d = H5Dcreate2(f, "loss_mask", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  H5Dclose(d);
+  H5Sclose(s);
+}
+}  // namespace
+
+TEST(TokenDatasetLossMask, BadValuesAndLengthsAreNamed) {
+  // A mask value that is not 0/1 (a hand-edited file) fails on read, naming the index.
+  const auto bad = write_custom("mask-bad.h5", [](hid_t f) {
+    add_mask(f, {0, 1, 2, 1, 0});
+  });
+  const auto ds = TokenDataset::open(bad);
+  std::vector<std::uint8_t> m(3);
+  expect_data_error([&] { ds.read_loss_mask(0, 0, 3, m.data()); },
+                    {"mask-bad.h5", "'loss_mask' holds 2 at index 2", "0 or 1"});
+  const auto short_mask = write_custom("mask-short.h5", [](hid_t f) {
+    add_mask(f, {0, 1});
+  });
+  expect_data_error([&] { TokenDataset::open(short_mask); },
+                    {"mask-short.h5", "'loss_mask'", "one value per token: 2 values for 5 tokens"});
+}

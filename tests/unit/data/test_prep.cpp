@@ -262,3 +262,48 @@ TEST(PrepSafety, OutputsAreRenamedFromTmpWhenComplete) {
   EXPECT_TRUE(test::read_file(o.output) == "an older dataset") << "the existing --output was replaced";
   EXPECT_FALSE(std::filesystem::exists(o.output + ".tmp"));
 }
+
+// --sft: the dataset's loss mask is the response / assistant tokens and the
+// EOS after a final response, each segment encoded on its own.
+TEST(Prep, FineTuningWritesTheLossMask) {
+  auto in = test::scratch("prep-sft.jsonl");
+  test::write_file(in,
+                   "{\"prompt\": \"ab\", \"response\": \"cd\"}\n"
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"y\"},"
+                   " {\"role\": \"user\", \"content\": \"z\"}]}\n");
+  PrepOptions o;
+  o.inputs = {in.string()};
+  o.output = test::scratch("prep-sft.h5").string();
+  o.sft = true;
+  const auto s = run_prep(o);
+  const auto ds = TokenDataset::open(o.output);
+  ASSERT_TRUE(ds.has_loss_mask());
+  std::vector<std::uint8_t> m(static_cast<std::size_t>(ds.doc_length(0)));
+  ds.read_loss_mask(0, 0, ds.doc_length(0), m.data());
+  EXPECT_EQ(m, (std::vector<std::uint8_t>{0, 0, 1, 1, 1}));  // a b | c d | EOS
+  // <|user|>\n x\n <|assistant|>\n y\n <|user|>\n z\n EOS: only "y\n" trained; EOS masked.
+  const std::string text = "<|user|>\nx\n<|assistant|>\ny\n<|user|>\nz\n";
+  ASSERT_EQ(ds.doc_length(1), std::int64_t(text.size()) + 1);
+  m.resize(text.size() + 1);
+  ds.read_loss_mask(1, 0, ds.doc_length(1), m.data());
+  const std::size_t y = text.find("y\n");
+  for (std::size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i], (i == y || i == y + 1) ? 1 : 0) << i;
+  EXPECT_EQ(s.train.loss_targets, 3 + 2);
+  EXPECT_EQ(ds.loss_targets(), 5);
+  EXPECT_NE(format_summary(s).find("loss mask: 5 of"), std::string::npos) << format_summary(s);
+}
+
+TEST(Prep, ParsesJsonKeysTxtSplitAndSft) {
+  const char* argv[] = {"wlb4d-prep", "-i", "a.jsonl", "-o", "b.h5", "--json-keys", "title,body", "--txt-split",
+                        "blank-line"};
+  auto o = parse_prep_args(9, argv);
+  EXPECT_EQ(o.json_keys, (std::vector<std::string>{"title", "body"}));
+  EXPECT_EQ(o.txt_split, "blank-line");
+  EXPECT_FALSE(o.sft);
+  const char* bad_keys[] = {"wlb4d-prep", "--json-keys", "a,,b"};
+  EXPECT_THROW(parse_prep_args(3, bad_keys), core::ConfigError);
+  const char* sft3[] = {"wlb4d-prep", "--sft", "--json-keys", "a,b,c"};
+  EXPECT_THROW(parse_prep_args(4, sft3), core::ConfigError);
+  const char* split[] = {"wlb4d-prep", "--txt-split", "para"};
+  EXPECT_THROW(parse_prep_args(3, split), core::ConfigError);
+}
