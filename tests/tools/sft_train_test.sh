@@ -10,7 +10,8 @@
 #   - the fixed packer, whose cuts split records across micro-batches, on
 #     1 rank and pp=2 x cp=2;
 # and a step whose targets are all masked: loss 0, zero gradient, a warning
-# that names the step, never NaN, and training goes on.
+# that names the step, never NaN, and training goes on; a validation set
+# without loss targets is refused naming data.val.
 set -u
 source "$(dirname "$0")/lib.sh"
 prep=$(realpath "$1"); wlb4d=$(realpath "$2"); mpiexec=$3; src=$(realpath "$4"); python=$5
@@ -59,4 +60,10 @@ run zero 2 --data.train=zero.h5 --data.val= --data.shuffle=false --balance.packe
 printf '%s\n' "$out" | grep -q 'step 1: no loss targets' || fail "no warning for the zero-target step 1"
 printf '%s\n' "$out" | grep -Eq 'step +1/5 .*loss 0\.0000 .*gnorm 0\.000' || fail "step 1 is not loss 0, gnorm 0"
 printf '%s\n' "$out" | grep -Eq 'step +4/5 .*loss [1-9]' || fail "training did not go on after the zero-target steps"
+# A validation set whose first eval_tokens hold only masked targets: refused
+# at start-up naming data.val (a validation loss of 0/0 would be NaN).
+run_step 120 "$wlb4d" "$deck" --data.train=zero.h5 --data.val=zero.h5 --train.eval_tokens=64 --data.shuffle=false \
+  --log.timing_file= --checkpoint.dir=ck-val
+[ "$rc" -ne 0 ] || fail "a validation set without loss targets was accepted"
+printf '%s\n' "$out" | grep -q "data.val='zero.h5' gives no loss targets" || fail "no data.val message"
 echo "$test_label: ok"

@@ -383,6 +383,11 @@ struct Trainer::Impl {
                             "document, so a document needs >= 2 tokens)");
     if (!val_ds || cfg.train.eval_every == 0) return;
     build_validation_batches();
+    if (val_targets == 0 && val_ds->has_loss_mask())
+      throw core::DataError("data.val='" + cfg.data.val + "' gives no loss targets: its loss mask masks every "
+                            "target of its first documents within train.eval_tokens=" +
+                            std::to_string(cfg.train.eval_tokens) +
+                            "; raise train.eval_tokens, or set data.val= (empty) or train.eval_every=0");
     if (val_targets == 0)
       throw core::DataError("data.val='" + cfg.data.val + "' gives no target tokens: its first documents within "
                             "train.eval_tokens=" + std::to_string(cfg.train.eval_tokens) + " (of " +
