@@ -60,17 +60,21 @@ import argparse
 import os
 import sys
 
-import matplotlib
+# A pyenv/conda python3 first on PATH often lacks these: say which interpreter
+# has them instead of a bare ModuleNotFoundError.
+try:
+    import matplotlib
+    import numpy as np  # noqa: E402
+    import h5py  # noqa: E402
+except ImportError as e:  # pragma: no cover
+    sys.exit(f"plot_timing.py: error: {sys.executable} has no module '{e.name}'. Run it with Debian's Python, "
+             "which scripts/install-deps.sh provides (python3-matplotlib python3-h5py):\n"
+             f"  /usr/bin/python3 {sys.argv[0]} {' '.join(sys.argv[1:])}\n"
+             "or install them into this Python: python3 -m pip install matplotlib h5py numpy")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
-
-try:
-    import h5py  # noqa: E402
-except ImportError:  # pragma: no cover
-    sys.exit("plot_timing.py: error: h5py is not installed (apt install python3-h5py)")
 
 
 def die(msg):

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # expect_fail.sh REGEX COUNT CMD...
 # Passes when CMD exits non-zero and REGEX matches at least COUNT output lines
-# (COUNT = number of ranks: every rank must say what went wrong).
+# (COUNT = number of ranks where every rank must say what went wrong), or
+# exactly N lines with COUNT = =N (a deck error, which rank 0 says once for
+# all ranks).
 set -u
 regex=$1; count=$2; shift 2
 out=$("$@" 2>&1); rc=$?
 printf '%s\n' "$out"
 if [ "$rc" -eq 0 ]; then echo "expect_fail: command succeeded, expected a failure"; exit 1; fi
 n=$(printf '%s\n' "$out" | grep -E -c -- "$regex")
-if [ "$n" -lt "$count" ]; then
+if [ "${count#=}" != "$count" ]; then
+  if [ "$n" -ne "${count#=}" ]; then
+    echo "expect_fail: '$regex' matched $n lines, expected exactly ${count#=}"; exit 1
+  fi
+elif [ "$n" -lt "$count" ]; then
   echo "expect_fail: '$regex' matched $n lines, expected >= $count"; exit 1
 fi
 echo "expect_fail: ok (rc=$rc, $n matching lines)"

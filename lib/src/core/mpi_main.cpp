@@ -8,6 +8,8 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <chrono>
@@ -37,12 +39,71 @@ int world_size() {
   return s;
 }
 
+namespace {
+// FNV-1a: the deck error's text, compared over ranks without sending it.
+std::uint64_t text_hash(const char* s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+  return h;
+}
+
+/// True when every rank of comm reaches this call within 3 s (each after an
+/// error of its own); false when one does not (it still runs, or waits in a
+/// collective, so the job must be aborted).
+bool every_rank_failed(MPI_Comm comm) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibarrier(comm, &req);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+/// Says a deck error once: true when every rank of comm failed with the same
+/// text within 5 s (rank 0 has printed it), false when they differ or a rank
+/// did not arrive (the caller prints its own and aborts).
+bool deck_error_said_once(MPI_Comm comm, int rank, const char* what) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  if (size == 1) {
+    std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, what);
+    return true;
+  }
+  // {min hash, -max hash} over ranks: equal texts everywhere iff min = max.
+  const auto h = static_cast<long long>(text_hash(what) >> 1);
+  long long in[2] = {h, -h}, out[2] = {0, 0};
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallreduce(in, out, 2, MPI_LONG_LONG, MPI_MIN, comm, &req);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) return false;  // a rank did not fail: abort
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (out[0] != -out[1]) return false;  // the ranks differ: each says its own
+  if (rank == 0) std::fprintf(stderr, "[r0] wlb4d: deck error: %s\n", what);
+  return true;
+}
+}  // namespace
+
 int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   const int rank = world_rank();
   int code = 0;
   bool abort_job = false;
+  // A communicator of its own for the end-of-run agreement on a deck error
+  // (below): ranks that did not fail may be inside a collective of the
+  // world communicator, and a second collective there would be erroneous.
+  MPI_Comm agree_comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &agree_comm);
   // Kokkos prints its own help for --help: keep --help/-h from it (ours comes
   // first; Kokkos' help is under --kokkos-help, which prints it and exits 0).
   bool our_help = false, kokkos_help = false;
@@ -66,9 +127,15 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   try {
     if (!kokkos_help) code = body(body_argc, args.data());
   } catch (const ConfigError& e) {
-    // Every rank parsed the same deck: all of them get here; exit together.
-    std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, e.what());
+    // Every rank parsed the same deck: all of them get here with the same
+    // message. It is said once, by the lowest rank, when every rank agrees
+    // within a bounded wait; otherwise each rank says its own and the job is
+    // aborted (a rank that did not fail would wait forever for the others).
     code = 2;
+    if (!deck_error_said_once(agree_comm, rank, e.what())) {
+      std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, e.what());
+      abort_job = world_size() > 1;
+    }
   } catch (const InternalError& e) {
     std::fprintf(stderr, "[r%d] wlb4d: internal error (a bug in wlb4d, please report it): %s\n", rank, e.what());
     code = 3;
@@ -81,12 +148,17 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   std::fflush(stderr);
   std::fflush(stdout);
   if (abort_job && world_size() > 1) {
+    // Every rank failed (a bad dataset, a full disk: each has said why):
+    // none waits in a collective, so each ends alone with the code, and
+    // mpiexec ends the job without MPI_Abort's banner under our messages.
+    if (every_rank_failed(agree_comm)) std::_Exit(code);
     // Give ranks that fail the same way a moment to print their own message
     // before the abort tears the job down.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     run_before_abort();  // e.g. a stopped rank of this host, which the abort's SIGTERM would not end
     MPI_Abort(MPI_COMM_WORLD, code);
   }
+  MPI_Comm_free(&agree_comm);
   Kokkos::finalize();
   MPI_Finalize();
   return code;

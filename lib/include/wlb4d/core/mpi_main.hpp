@@ -4,10 +4,16 @@
 /// and loud, collective failure (DESIGN §3).
 ///
 /// Errors every rank detects identically (a bad deck, a world-size mismatch)
-/// are printed by every rank, which then finalizes and returns 2 — a clean
-/// collective exit with no hang. Any other exception is printed by the rank
-/// that hit it, which then calls MPI_Abort so the job ends instead of
-/// deadlocking in the next collective.
+/// are printed once, by rank 0, when every rank reports the same text within
+/// 5 s (a side communicator's nonblocking reduction of the text's hash); all
+/// ranks then finalize and return 2 — a clean collective exit with no hang
+/// and no abort banner. Where ranks differ, or one did not fail, each failing
+/// rank prints its own message and the job is aborted.
+/// Any other exception is printed by every rank that hit it; when every rank
+/// failed (a barrier on a side communicator completes within 3 s) each exits
+/// with the code at once (no collective is pending, and MPI_Abort's banner
+/// would bury the messages); otherwise the job is aborted (MPI_Abort), so a
+/// rank waiting in a collective cannot hang it.
 
 #include <functional>
 
@@ -18,7 +24,7 @@ namespace wlb::core {
 /// sees --help/-h (body does: the tool's own help comes first); --kokkos-help
 /// prints Kokkos' help and returns 0 without running body. body gets argv
 /// without the --kokkos-* flags Kokkos consumed.
-/// \return body's code, 2 after a ConfigError (all ranks), otherwise aborts.
+/// \return body's code, 2 after a ConfigError on every rank, otherwise aborts.
 int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body);
 
 /// A function mpi_main calls right before MPI_Abort (after the error is
