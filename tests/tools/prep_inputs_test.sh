@@ -46,6 +46,8 @@ prep_ok 'train loss mask: 5 of' --sft --json-keys instruction,output --input alp
 printf '%s\n' '{"prompt": "ok", "response": "ok"}' '{"prompt": "no response here"}' > noresp.jsonl
 prep_err 'noresp.jsonl:2: fine-tuning record without a response' --sft --input noresp.jsonl --output x.h5
 [ -e x.h5 ] && fail "a failed prep left x.h5"
+: > empty.jsonl
+prep_err 'no fine-tuning records in the input' --sft --input empty.jsonl --output x.h5
 prep_err "--seed '-1' must be an unsigned integer" --input keys.jsonl --output x.h5 --seed -1
 prep_err "--txt-split 'para' must be file, blank-line or line" --input split.txt --output x.h5 --txt-split para
 prep_err "--json-keys 'a,,b' holds an empty field name" --input keys.jsonl --output x.h5 --json-keys a,,b

@@ -321,6 +321,7 @@ PrepSummary run_prep(const PrepOptions& o) {
     for (const auto& k : co.json_keys) s.json_keys += (s.json_keys.empty() ? "\"" : "/\"") + k + "\"";
   }
   s.read_s = seconds_since(t0);
+  if (docs.empty() && o.sft) throw DataError("no fine-tuning records in the input (every line was blank)");
   if (docs.empty())
     throw DataError("no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
                     " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without " + s.json_keys + ")");
