@@ -25,7 +25,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 BIN=$BUILD_DIR/app
 mkdir -p "$RUN/data"
 if [ ! -x "$BIN/wlb4d" ] || [ ! -x "$BIN/wlb4d-prep" ]; then
-  echo "quickstart: building wlb4d and wlb4d-prep (about 10 minutes on 2 cores the first time; later runs rebuild only what changed)"
+  echo "quickstart: building wlb4d and wlb4d-prep (about 210 CPU-seconds the first time: 2 minutes on 2 idle cores; later runs rebuild only what changed)"
 fi
 # Configure once; later builds re-configure by themselves when a CMakeLists changes.
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
