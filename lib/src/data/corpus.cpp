@@ -109,10 +109,12 @@ struct Collector {
   }
 };
 
-void read_jsonl(const std::string& path, const std::string& data, Collector& c) {
+/// Calls f(lineno, object) for every non-blank line of a JSONL file (UTF-8
+/// repaired first; *bad gets the replacements of that line) until f returns false.
+template <class F> void for_each_json_line(const std::string& path, const std::string& data, F&& f) {
   std::size_t pos = 0;
   std::int64_t lineno = 0;
-  while (pos < data.size() && !c.full()) {
+  while (pos < data.size()) {
     std::size_t nl = data.find('\n', pos);
     std::size_t end = nl == std::string::npos ? data.size() : nl;
     std::string_view line(data.data() + pos, end - pos);
@@ -129,13 +131,53 @@ void read_jsonl(const std::string& path, const std::string& data, Collector& c) 
     }
     if (!j.is_object())
       throw DataError(path + ":" + std::to_string(lineno) + ": JSON line is not an object");
-    auto it = j.find("text");
-    if (it == j.end() || !it->is_string()) {
-      ++c.st->no_text_skipped;
-      continue;
-    }
-    c.add(it->get<std::string>(), bad > 0);
+    if (!f(lineno, j, bad > 0)) return;
   }
+}
+
+void read_jsonl(const std::string& path, const std::string& data, Collector& c,
+                const std::vector<std::string>& keys) {
+  for_each_json_line(path, data, [&](std::int64_t, const nlohmann::json& j, bool repaired) {
+    if (c.full()) return false;
+    bool any = false;
+    for (const auto& k : keys) {
+      auto it = j.find(k);
+      if (it == j.end() || !it->is_string()) continue;
+      any = true;
+      if (c.full()) break;
+      c.add(it->get<std::string>(), repaired);
+    }
+    if (!any) ++c.st->no_text_skipped;
+    return !c.full();
+  });
+}
+
+/// Cuts a .txt file's text into documents by the rule.
+void read_txt(const std::string& data, TxtSplit rule, bool repaired, Collector& c) {
+  if (rule == TxtSplit::File) {
+    c.add(data, repaired);
+    return;
+  }
+  std::size_t pos = 0, para_begin = std::string::npos, para_end = 0;
+  auto flush_para = [&] {
+    if (para_begin != std::string::npos && !c.full()) c.add(data.substr(para_begin, para_end - para_begin), repaired);
+    para_begin = std::string::npos;
+  };
+  while (pos < data.size() && !c.full()) {
+    std::size_t nl = data.find('\n', pos);
+    std::size_t end = nl == std::string::npos ? data.size() : nl;
+    std::string_view line(data.data() + pos, end - pos);
+    if (rule == TxtSplit::Line) {
+      if (!blank(line)) c.add(std::string(line), repaired);  // blank lines are separators, not documents
+    } else if (blank(line)) {
+      flush_para();
+    } else {
+      if (para_begin == std::string::npos) para_begin = pos;
+      para_end = end;  // the paragraph's text ends before its last newline
+    }
+    pos = end + 1;
+  }
+  if (rule == TxtSplit::BlankLine) flush_para();
 }
 
 }  // namespace
@@ -206,8 +248,16 @@ std::vector<std::string> list_corpus_files(const std::vector<std::string>& input
   return files;
 }
 
+TxtSplit parse_txt_split(const std::string& s) {
+  if (s == "file") return TxtSplit::File;
+  if (s == "blank-line") return TxtSplit::BlankLine;
+  if (s == "line") return TxtSplit::Line;
+  throw core::ConfigError("--txt-split '" + s + "' must be file, blank-line or line");
+}
+
 std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, CorpusStats* stats,
-                                     std::int64_t max_docs) {
+                                     std::int64_t max_docs, const CorpusOptions& opts) {
+  if (opts.json_keys.empty()) throw core::ConfigError("--json-keys must name at least one field");
   CorpusStats local;
   CorpusStats& st = stats ? *stats : local;
   st = CorpusStats{};
@@ -218,12 +268,85 @@ std::vector<std::string> read_corpus(const std::vector<std::string>& inputs, Cor
     std::string data = read_file(f);
     ++st.files;
     if (kind_of(f) == Kind::Jsonl) {
-      read_jsonl(f, data, c);
+      read_jsonl(f, data, c, opts.json_keys);
     } else {
       std::int64_t bad = 0;
       std::string text = repair_utf8(data, &bad);
-      c.add(std::move(text), bad > 0);
+      read_txt(text, opts.txt_split, bad > 0, c);
     }
+  }
+  return docs;
+}
+
+std::string chat_role_header(const std::string& role) { return "<|" + role + "|>\n"; }
+
+namespace {
+
+/// One fine-tuning record -> its segments (read_sft_corpus's rules).
+SegmentedDoc sft_record(const nlohmann::json& j, const std::string& where, const std::string& pk,
+                        const std::string& rk) {
+  SegmentedDoc doc;
+  auto msgs = j.find("messages");
+  if (msgs != j.end()) {
+    if (!msgs->is_array())
+      throw DataError(where + ": \"messages\" must be an array of {\"role\", \"content\"} objects");
+    bool trained = false;
+    std::size_t k = 0;
+    for (const auto& m : *msgs) {
+      const std::string turn = where + ": messages[" + std::to_string(k++) + "]";
+      if (!m.is_object()) throw DataError(turn + " is not an object (expected {\"role\", \"content\"})");
+      auto role = m.find("role"), content = m.find("content");
+      if (role == m.end() || !role->is_string()) throw DataError(turn + " needs a string \"role\"");
+      if (content == m.end() || !content->is_string()) throw DataError(turn + " needs a string \"content\"");
+      const std::string r = role->get<std::string>(), text = content->get<std::string>();
+      const bool target = r == "assistant";
+      trained = trained || (target && !blank(text));
+      doc.push_back({chat_role_header(r), false});
+      doc.push_back({text + "\n", target});
+    }
+    if (!trained)
+      throw DataError(where + ": \"messages\" holds no \"assistant\" turn with non-blank content: the record "
+                      "would have nothing to train on (the loss is taken on assistant turns only)");
+    return doc;
+  }
+  auto prompt = j.find(pk), response = j.find(rk);
+  if (prompt == j.end() && response == j.end())
+    throw DataError(where + ": a fine-tuning record needs \"messages\" (chat) or \"" + pk + "\" and \"" + rk +
+                    "\" (--json-keys PROMPT,RESPONSE names them)");
+  if (prompt == j.end() || !prompt->is_string())
+    throw DataError(where + ": fine-tuning record without a string \"" + pk + "\"");
+  if (response == j.end() || !response->is_string() || blank(response->get<std::string>()))
+    throw DataError(where + ": fine-tuning record without a response: \"" + rk +
+                    "\" must be a non-blank string (the loss is taken on the response only)");
+  doc.push_back({prompt->get<std::string>(), false});
+  doc.push_back({response->get<std::string>(), true});
+  return doc;
+}
+
+}  // namespace
+
+std::vector<SegmentedDoc> read_sft_corpus(const std::vector<std::string>& inputs, CorpusStats* stats,
+                                          std::int64_t max_docs, const std::string& prompt_key,
+                                          const std::string& response_key) {
+  CorpusStats local;
+  CorpusStats& st = stats ? *stats : local;
+  st = CorpusStats{};
+  std::vector<SegmentedDoc> docs;
+  auto full = [&] { return max_docs >= 0 && static_cast<std::int64_t>(docs.size()) >= max_docs; };
+  for (const auto& f : list_corpus_files(inputs, &st.ignored_files)) {
+    if (full()) break;
+    if (kind_of(f) != Kind::Jsonl)
+      throw DataError(f + ": fine-tuning (--sft) reads JSONL records only (.jsonl, .jsonl.xz), not .txt");
+    std::string data = read_file(f);
+    ++st.files;
+    for_each_json_line(f, data, [&](std::int64_t lineno, const nlohmann::json& j, bool repaired) {
+      if (full()) return false;
+      docs.push_back(sft_record(j, f + ":" + std::to_string(lineno), prompt_key, response_key));
+      for (const auto& seg : docs.back()) st.bytes += static_cast<std::int64_t>(seg.text.size());
+      ++st.documents;
+      if (repaired) ++st.utf8_repaired;
+      return true;
+    });
   }
   return docs;
 }

@@ -97,6 +97,8 @@ struct Shard {
   bool fletcher32 = false;      // /tokens carries HDF5's Fletcher32 filter (checked on every chunk read)
   std::int64_t chunk = 0;       // /tokens chunk in tokens (0: contiguous)
   Handle file, tokens, tokens_space;
+  Handle mask, mask_space;          // /loss_mask (empty: none; one uint8 per token, Fletcher32 per chunk)
+  std::int64_t loss_targets = -1;   // root attribute loss_targets (-1: absent)
 
   /// Attributes, /tokens, /doc_offsets' extent, tokenizer model (no data read
   /// in proportion to the token count).
@@ -115,6 +117,8 @@ struct TokenDataset::Impl {
   std::vector<std::uint32_t> lengths;  // tokens per document, EOS included
   std::vector<std::uint64_t> index;    // offset of document k*kIndexStride, k = 0..num_docs/kIndexStride
   std::int64_t num_tokens = 0;
+  std::int64_t loss_targets = 0;  // Σ files' loss targets (-1 when a masked file lacks the attribute)
+  bool has_mask = false;          // some file carries /loss_mask
   mutable std::string identity_cache;
 
   std::int64_t num_docs() const { return static_cast<std::int64_t>(lengths.size()); }
@@ -251,6 +255,17 @@ void Shard::open(hid_t fapl) {
                                  " tokens of dataset 'tokens' (every document holds at least its EOS)"));
   if (h5::has_attr(root, "num_docs")) num_docs_attr = h5::read_attr_i64(root, "num_docs", path);  // load_offsets checks it
   num_docs = static_cast<std::int64_t>(m) - 1;
+
+  if (h5::exists(root, "loss_mask")) {
+    hsize_t nm = 0;
+    mask = open_1d(root, path, "loss_mask", H5T_INTEGER, 1, true, "uint8", &nm);
+    if (nm != static_cast<hsize_t>(num_tokens))
+      throw DataError(dset_err(path, "loss_mask",
+                               "must hold one value per token: " + std::to_string(nm) + " values for " +
+                                   std::to_string(num_tokens) + " tokens"));
+    mask_space = Handle(h5::check(H5Dget_space(mask.get()), path, "H5Dget_space loss_mask"));
+  }
+  if (h5::has_attr(root, "loss_targets")) loss_targets = h5::read_attr_i64(root, "loss_targets", path);
 
   if (tokenizer != "bytes") {
     hsize_t k = 0;
@@ -435,12 +450,16 @@ std::unique_ptr<TokenDataset::Impl> TokenDataset::Impl::open_files(const std::ve
     sh.open(fapl);
     if (s > 0) {
       check_same_tokenizer(im->shards[0], sh);
-      std::string().swap(sh.model);  // shard 0's copy serves all (a tokenizer.json is MBs, shards are many)
     }
     sh.doc_base = docs;
     sh.token_base = toks;
     docs += sh.num_docs;
     toks += sh.num_tokens;
+    // A file without /loss_mask (pretraining text blended with fine-tuning
+    // data) trains on every target: num_tokens - num_docs of them.
+    const std::int64_t t = sh.mask.valid() ? sh.loss_targets : sh.num_tokens - sh.num_docs;
+    im->loss_targets = (im->loss_targets < 0 || t < 0) ? -1 : im->loss_targets + t;
+    im->has_mask = im->has_mask || sh.mask.valid();
   }
   // Rank 0 (or the serial caller) reads and validates the offsets, and runs
   // the whole-file checksum pass for files without the Fletcher32 filter;
@@ -529,6 +548,59 @@ std::int64_t TokenDataset::doc_offset(std::int64_t doc) const {
   return impl_->offset(doc);
 }
 
+bool TokenDataset::has_loss_mask() const { return impl_->has_mask; }
+
+std::int64_t TokenDataset::loss_targets() const {
+  if (!has_loss_mask()) return num_tokens() - num_docs();
+  return impl_->loss_targets;
+}
+
+void TokenDataset::read_loss_mask(std::int64_t doc, std::int64_t offset, std::int64_t length,
+                                  std::uint8_t* out) const {
+  const auto& im = *impl_;
+  const std::int64_t len = doc_length(doc);
+  if (offset < 0 || length < 0 || offset + length > len)
+    throw DataError(im.name + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+  if (length == 0) return;
+  // A document lies in one file: read from its shard, in that file's numbering.
+  const Shard& sh = im.shards[im.shard_of_doc(doc)];
+  if (!sh.mask.valid()) {  // not fine-tuning data: every target trains
+    std::fill(out, out + length, std::uint8_t{1});
+    return;
+  }
+  const std::int64_t begin = im.offset(doc) - sh.token_base + offset;
+  const std::string range = "[" + std::to_string(begin) + ", " + std::to_string(begin + length) + ") (document " +
+                            std::to_string(doc - sh.doc_base) + ")";
+  std::string why;
+  herr_t st = -1;
+  {
+    const h5::Quiet quiet;
+    st = read_slab(sh.mask.get(), sh.mask_space.get(), H5T_NATIVE_UINT8, hsize_t(begin), hsize_t(length), out, &why);
+  }
+  if (st < 0)
+    throw DataError(sh.path + ": cannot read dataset 'loss_mask' " + range +
+                    " (a chunk failed its Fletcher32 check: corrupt file?)" + (why.empty() ? "" : ": " + why));
+  for (std::int64_t i = 0; i < length; ++i)
+    if (out[i] > 1)
+      throw DataError(sh.path + ": dataset 'loss_mask' holds " + std::to_string(int(out[i])) + " at index " +
+                      std::to_string(begin + i) + " (a loss mask is 0 or 1)");
+}
+
+std::int64_t TokenDataset::span_targets(std::int64_t doc, std::int64_t offset, std::int64_t length) const {
+  const std::int64_t len = doc_length(doc);
+  if (offset < 0 || length < 0 || offset + length > len)
+    throw DataError(impl_->name + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+  if (length <= 1) return 0;
+  if (!impl_->shards[impl_->shard_of_doc(doc)].mask.valid()) return length - 1;
+  std::vector<std::uint8_t> m(static_cast<std::size_t>(length));
+  read_loss_mask(doc, offset, length, m.data());
+  std::int64_t n = 0;
+  for (std::int64_t i = 1; i < length; ++i) n += m[std::size_t(i)];
+  return n;
+}
+
 std::int64_t TokenDataset::doc_length(std::int64_t doc) const {
   if (doc < 0 || doc >= num_docs())
     throw DataError(impl_->name + ": document " + std::to_string(doc) + " out of range [0, " +
@@ -598,6 +670,10 @@ struct TokenDatasetWriter::Impl {
   bool finished = false;
   std::uint64_t fnv = core::kFnv1aOffset;  // tokens_fnv1a64 so far
   std::int64_t max_id = -1;                // max_token_id so far
+  Handle mask;                             // /loss_mask (Options::loss_mask)
+  std::vector<std::uint8_t> mbuf;          // mask values beside buf
+  const std::vector<std::uint8_t>* pending_mask = nullptr;  // append(tokens, mask) in progress
+  std::int64_t loss_targets = 0;
 
   std::int64_t total() const { return written + static_cast<std::int64_t>(buf.size()); }
   void flush() {
@@ -611,6 +687,15 @@ struct TokenDatasetWriter::Impl {
     Handle mspace(h5::check(H5Screate_simple(1, &cnt, nullptr), tmp, "H5Screate_simple"));
     h5::check_status(H5Dwrite(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()),
                      tmp, "cannot write dataset 'tokens' (disk full?)");
+    if (mask.valid()) {
+      h5::check_status(H5Dset_extent(mask.get(), &newsize), tmp, "cannot extend dataset 'loss_mask'");
+      Handle ms(h5::check(H5Dget_space(mask.get()), tmp, "H5Dget_space loss_mask"));
+      h5::check_status(H5Sselect_hyperslab(ms.get(), H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), tmp,
+                       "H5Sselect_hyperslab loss_mask");
+      h5::check_status(H5Dwrite(mask.get(), H5T_NATIVE_UINT8, mspace.get(), ms.get(), H5P_DEFAULT, mbuf.data()),
+                       tmp, "cannot write dataset 'loss_mask' (disk full?)");
+      mbuf.clear();
+    }
     fnv = core::fnv1a(buf.data(), buf.size() * sizeof(token_t), fnv);
     for (auto t : buf) max_id = std::max<std::int64_t>(max_id, t);
     written = total();
@@ -660,6 +745,14 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
   im.tokens = Handle(h5::check(H5Dcreate2(root, "tokens", H5T_STD_U32LE, space.get(), H5P_DEFAULT, dcpl.get(),
                                           H5P_DEFAULT),
                                im.tmp, "cannot create dataset 'tokens'"));
+  if (opts.loss_mask) {
+    Handle mcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), im.tmp, "H5Pcreate"));
+    h5::check_status(H5Pset_chunk(mcpl.get(), 1, &chunk), im.tmp, "H5Pset_chunk");
+    h5::check_status(H5Pset_fletcher32(mcpl.get()), im.tmp, "H5Pset_fletcher32");
+    im.mask = Handle(h5::check(H5Dcreate2(root, "loss_mask", H5T_STD_U8LE, space.get(), H5P_DEFAULT, mcpl.get(),
+                                          H5P_DEFAULT),
+                               im.tmp, "cannot create dataset 'loss_mask'"));
+  }
 
   h5::write_attr_string(root, "format", kTokenFormat, im.tmp);
   h5::write_attr_i64(root, "format_version", kTokenFormatVersion, im.tmp);
@@ -688,6 +781,7 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, const std::strin
 TokenDatasetWriter::~TokenDatasetWriter() {
   if (impl_ && !impl_->finished) {
     impl_->tokens.reset();
+    impl_->mask.reset();
     impl_->file.reset();
     std::remove(impl_->tmp.c_str());
   }
@@ -707,8 +801,41 @@ void TokenDatasetWriter::append(const std::vector<token_t>& tokens) {
   im.buf.insert(im.buf.end(), tokens.begin(), tokens.end());
   im.buf.push_back(static_cast<token_t>(im.eos_id));
   im.offsets.push_back(static_cast<std::uint64_t>(im.total()));
+  if (im.mask.valid()) {
+    if (im.pending_mask) {
+      im.mbuf.insert(im.mbuf.end(), im.pending_mask->begin(), im.pending_mask->end());
+      for (std::size_t i = 1; i < im.pending_mask->size(); ++i) im.loss_targets += (*im.pending_mask)[i];
+    } else {
+      im.mbuf.insert(im.mbuf.end(), tokens.size() + 1, std::uint8_t{1});
+      im.loss_targets += static_cast<std::int64_t>(tokens.size());
+    }
+  }
   if (static_cast<std::int64_t>(im.buf.size()) >= 16 * im.opts.chunk_tokens) im.flush();
 }
+
+void TokenDatasetWriter::append(const std::vector<token_t>& tokens, const std::vector<std::uint8_t>& mask) {
+  auto& im = *impl_;
+  if (!im.mask.valid())
+    throw DataError(im.path + ": append with a loss mask needs TokenDatasetWriter::Options::loss_mask");
+  if (mask.size() != tokens.size() + 1)
+    throw DataError(im.path + ": document " + std::to_string(im.offsets.size() - 1) + ": loss mask of " +
+                    std::to_string(mask.size()) + " values for " + std::to_string(tokens.size()) +
+                    " tokens + EOS");
+  for (std::size_t i = 0; i < mask.size(); ++i)
+    if (mask[i] > 1)
+      throw DataError(im.path + ": document " + std::to_string(im.offsets.size() - 1) + ": loss mask value " +
+                      std::to_string(int(mask[i])) + " at token " + std::to_string(i) + " (must be 0 or 1)");
+  im.pending_mask = &mask;
+  try {
+    append(tokens);
+  } catch (...) {
+    im.pending_mask = nullptr;
+    throw;
+  }
+  im.pending_mask = nullptr;
+}
+
+std::int64_t TokenDatasetWriter::loss_targets() const { return impl_->loss_targets; }
 
 void TokenDatasetWriter::finish() {
   auto& im = *impl_;
@@ -731,7 +858,9 @@ void TokenDatasetWriter::finish() {
   h5::write_attr_i64(root, "num_tokens", im.written, im.tmp);
   h5::write_attr_i64(root, "max_token_id", im.max_id, im.tmp);
   h5::write_attr_string(root, "tokens_fnv1a64", hex64(im.fnv), im.tmp);
+  if (im.mask.valid()) h5::write_attr_i64(root, "loss_targets", im.loss_targets, im.tmp);
   im.tokens.reset();
+  im.mask.reset();
   h5::check_status(H5Fflush(root, H5F_SCOPE_GLOBAL), im.tmp, "H5Fflush");
   im.file.reset();
   std::error_code ec;

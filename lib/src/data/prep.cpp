@@ -59,7 +59,16 @@ po::options_description prep_options() {
        "the output does not depend on it")
       ("shard-tokens", po::value<std::int64_t>()->default_value(0),
        "write OUT-00000.h5, OUT-00001.h5, ... of about this many tokens each (documents are not cut; 0: one "
-       "file); read them with data.train = OUT-*.h5");
+       "file); read them with data.train = OUT-*.h5")
+      ("json-keys", po::value<std::string>(),
+       "comma-separated JSONL fields to read (default text): each field that holds a string is one document, "
+       "in this order; with --sft, the PROMPT,RESPONSE fields (default prompt,response)")
+      ("txt-split", po::value<std::string>()->default_value("file"),
+       "how .txt files become documents: file (the whole file), blank-line (every paragraph: lines up to a "
+       "blank line), line (every non-blank line)")
+      ("sft", po::bool_switch(),
+       "fine-tuning records (prompt/response or chat \"messages\"): write a loss mask so that training takes "
+       "the loss on the response / assistant turns only (docs/data.md)");
   return o;
 }
 
@@ -70,7 +79,7 @@ std::uint64_t parse_seed(const std::string& v) {
   errno = 0;
   const unsigned long long x = digits ? std::strtoull(v.c_str(), nullptr, 10) : 0;
   if (!digits || errno == ERANGE)
-    throw ConfigError("wlb4d-prep: --seed '" + v + "' must be an unsigned integer in [0, 18446744073709551615]");
+    throw ConfigError("--seed '" + v + "' must be an unsigned integer in [0, 18446744073709551615]");
   return static_cast<std::uint64_t>(x);
 }
 
@@ -82,14 +91,14 @@ void refuse_input_as_output(const PrepOptions& o) {
     for (const auto& in : o.inputs) {
       std::error_code ec;
       if (std::filesystem::equivalent(in, *out, ec))
-        throw ConfigError("wlb4d-prep: " + std::string(out == &o.output ? "--output" : "--val-output") + " '" +
+        throw ConfigError("" + std::string(out == &o.output ? "--output" : "--val-output") + " '" +
                           *out + "' is the same file as --input '" + in +
                           "': refusing to overwrite the corpus (write the dataset elsewhere)");
     }
   }
   std::error_code ec;
   if (!o.val_output.empty() && std::filesystem::equivalent(o.output, o.val_output, ec))
-    throw ConfigError("wlb4d-prep: --val-output '" + o.val_output + "' is the same file as --output '" + o.output +
+    throw ConfigError("--val-output '" + o.val_output + "' is the same file as --output '" + o.output +
                       "'");
 }
 
@@ -140,9 +149,41 @@ class ParallelEncoder {
   void encode(const std::vector<const std::string*>& docs, std::size_t begin, std::size_t end,
               std::vector<std::vector<token_t>>& ids) const {
     ids.resize(end - begin);
+    run(begin, end, [&](const Tokenizer& tk, std::size_t i) { ids[i - begin] = tk.encode(*docs[i]); });
+  }
+  /// Fine-tuning records: ids[i] and masks[i] of (*segs[begin + i]), each
+  /// segment encoded on its own so that no token spans a prompt/response
+  /// boundary; the mask is 1 on target segments' tokens, and the EOS is a
+  /// target when the record ends with one (the model learns to stop).
+  void encode(const std::vector<const SegmentedDoc*>& segs, std::size_t begin, std::size_t end,
+              std::vector<std::vector<token_t>>& ids, std::vector<std::vector<std::uint8_t>>& masks) const {
+    ids.resize(end - begin);
+    masks.resize(end - begin);
+    run(begin, end, [&](const Tokenizer& tk, std::size_t i) {
+      auto& v = ids[i - begin];
+      auto& m = masks[i - begin];
+      v.clear();
+      m.clear();
+      bool last_target = false;
+      for (const auto& g : *segs[i]) {
+        if (g.text.empty()) continue;
+        const auto part = tk.encode(g.text);
+        v.insert(v.end(), part.begin(), part.end());
+        m.insert(m.end(), part.size(), g.target ? 1 : 0);
+        last_target = g.target;
+      }
+      m.push_back(last_target ? 1 : 0);
+    });
+  }
+
+ private:
+  /// f(tokenizer, i) for every i in [begin, end), spread over the threads
+  /// (each with its own tokenizer); the first error is rethrown.
+  template <class F>
+  void run(std::size_t begin, std::size_t end, F f) const {
     if (threads() == 1 || end - begin < 2) {
       const double c0 = thread_cpu_seconds();
-      for (std::size_t i = begin; i < end; ++i) ids[i - begin] = tok_.encode(*docs[i]);
+      for (std::size_t i = begin; i < end; ++i) f(tok_, i);
       cpu_s_ += thread_cpu_seconds() - c0;
       return;
     }
@@ -153,7 +194,7 @@ class ParallelEncoder {
       const Tokenizer& tk = t == 0 ? tok_ : *copies_[std::size_t(t - 1)];
       const double c0 = thread_cpu_seconds();
       try {
-        for (std::size_t i; (i = next.fetch_add(1)) < end;) ids[i - begin] = tk.encode(*docs[i]);
+        for (std::size_t i; (i = next.fetch_add(1)) < end;) f(tk, i);
       } catch (...) {
         errors[std::size_t(t)] = std::current_exception();
         next = end;
@@ -168,8 +209,6 @@ class ParallelEncoder {
     for (const auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
-
- private:
   static double thread_cpu_seconds() {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -185,50 +224,71 @@ class ParallelEncoder {
 /// to the corpus.
 constexpr std::size_t kEncodeBatch = 4096;
 
+/// Writes one split: documents docs (or, for fine-tuning, the records segs
+/// with their loss mask), as one file or as shards of about shard_tokens.
 SplitSummary write_split(const std::string& path, const std::vector<const std::string*>& docs,
-                         const ParallelEncoder& enc, const Tokenizer& tok, const std::string& source,
-                         std::int64_t shard_tokens, TmpOutputs& tmp) {
+                         const std::vector<const SegmentedDoc*>* segs, const ParallelEncoder& enc,
+                         const Tokenizer& tok, const std::string& source, std::int64_t shard_tokens,
+                         TmpOutputs& tmp) {
   SplitSummary s;
   std::unique_ptr<TokenDatasetWriter> w;
-  std::int64_t docs_done = 0, tokens_done = 0;
+  std::int64_t docs_done = 0, tokens_done = 0, targets_done = 0;
   auto close = [&] {
     if (!w) return;
     w->finish();
     docs_done += w->num_docs();
     tokens_done += w->num_tokens();
+    targets_done += w->loss_targets();
     w.reset();
   };
+  TokenDatasetWriter::Options wo;
+  wo.loss_mask = segs != nullptr;  // every shard carries its own /loss_mask
   auto open = [&] {
     const std::string p = shard_tokens > 0 ? shard_path(path, std::int64_t(s.shards.size())) : path;
     if (shard_tokens > 0) s.shards.push_back(p);
     w = std::make_unique<TokenDatasetWriter>(tmp.add(p), tok.name(), tok.vocab_size(), tok.eos_id(), source,
-                                             tok.model());
+                                             tok.model(), wo);
+  };
+  const std::size_t n = segs ? segs->size() : docs.size();
+  auto encode = [&enc, &docs, segs](std::size_t b, std::size_t e, std::vector<std::vector<token_t>>& ids,
+                                    std::vector<std::vector<std::uint8_t>>& masks) {
+    if (segs)
+      enc.encode(*segs, b, e, ids, masks);
+    else
+      enc.encode(docs, b, e, ids);
   };
   std::vector<std::int64_t> lengths;
-  lengths.reserve(docs.size());
+  lengths.reserve(n);
   // Batch k+1 is encoded (on the encoder's threads) while batch k is written.
   std::vector<std::vector<token_t>> ids, next_ids;
+  std::vector<std::vector<std::uint8_t>> masks, next_masks;
   open();
-  enc.encode(docs, 0, std::min(docs.size(), kEncodeBatch), ids);
-  for (std::size_t b = 0; b < docs.size(); b += kEncodeBatch) {
-    const std::size_t nb = b + kEncodeBatch, ne = std::min(docs.size(), nb + kEncodeBatch);
+  encode(0, std::min(n, kEncodeBatch), ids, masks);
+  for (std::size_t b = 0; b < n; b += kEncodeBatch) {
+    const std::size_t nb = b + kEncodeBatch, ne = std::min(n, nb + kEncodeBatch);
     std::future<void> ahead;
-    if (nb < docs.size())
-      ahead = std::async(std::launch::async, [&enc, &docs, &next_ids, nb, ne] { enc.encode(docs, nb, ne, next_ids); });
-    for (const auto& v : ids) {
+    if (nb < n)
+      ahead = std::async(std::launch::async,
+                         [&encode, &next_ids, &next_masks, nb, ne] { encode(nb, ne, next_ids, next_masks); });
+    for (std::size_t i = 0; i < ids.size(); ++i) {
       if (!w) open();
-      lengths.push_back(static_cast<std::int64_t>(v.size()) + 1);
-      w->append(v);
+      lengths.push_back(static_cast<std::int64_t>(ids[i].size()) + 1);
+      if (segs)
+        w->append(ids[i], masks[i]);
+      else
+        w->append(ids[i]);
       if (shard_tokens > 0 && w->num_tokens() >= shard_tokens) close();
     }
     if (ahead.valid()) ahead.get();  // rethrows an encoding error
     ids.swap(next_ids);
+    masks.swap(next_masks);
   }
   close();
   std::sort(lengths.begin(), lengths.end());
   s.path = shard_tokens > 0 ? shard_path(path, 0).substr(0, shard_path(path, 0).size() - 8) + "*.h5" : path;
   s.docs = docs_done;
   s.tokens = tokens_done;
+  s.loss_targets = targets_done;
   s.p50 = percentile(lengths, 50);
   s.p90 = percentile(lengths, 90);
   s.p99 = percentile(lengths, 99);
@@ -262,13 +322,16 @@ std::string prep_help() {
      << "usage: wlb4d-prep --input FILE_OR_DIR [--input ...] --output OUT.h5\n"
      << "                  [--tokenizer bytes|sentencepiece|TOKENIZER.json] [--vocab-size N] [--spm-model FILE.model]\n"
      << "                  [--eos-token TEXT] [--val-fraction F --val-output VAL.h5]\n"
-     << "                  [--seed S] [--max-docs N] [--threads N] [--shard-tokens T]\n\n"
+     << "                  [--seed S] [--max-docs N] [--threads N] [--shard-tokens T] [--json-keys K1,K2]\n"
+     << "                  [--txt-split file|blank-line|line] [--sft]\n\n"
      << prep_options() << "\n"
-     << "Inputs: *.jsonl / *.jsonl.xz hold one JSON object per line, the document is its \"text\";\n"
-     << "  *.txt / *.txt.xz are one document per file; a directory is searched recursively for\n"
-     << "  these (sorted by path, other files ignored); .xz is read through `xz -dc`.\n"
-     << "Rules: a line that is not a JSON object is an error (file:line); a line without a string\n"
-     << "  \"text\" is skipped and counted; empty or whitespace-only documents are skipped and counted;\n"
+     << "Inputs: *.jsonl / *.jsonl.xz hold one JSON object per line, the document is its \"text\"\n"
+     << "  (--json-keys k1,k2: one document per listed field holding a string, in that order);\n"
+     << "  *.txt / *.txt.xz are cut by --txt-split (default file: one document per file); a directory\n"
+     << "  is searched recursively for these (sorted by path, other files ignored); .xz is read\n"
+     << "  through `xz -dc`.\n"
+     << "Rules: a line that is not a JSON object is an error (file:line); a line without any of the\n"
+     << "  fields is skipped and counted; empty or whitespace-only documents are skipped and counted;\n"
      << "  invalid UTF-8 is replaced by U+FFFD (one per invalid sequence; such documents are counted).\n"
      << "  Documents keep their boundaries; each ends with EOS in the dataset.\n"
      << "Tokenizers: bytes = UTF-8 bytes 0..255 + EOS 256 (vocab 257); sentencepiece = BPE trained on\n"
@@ -278,6 +341,11 @@ std::string prep_help() {
      << "  stored unchanged at /tokenizer/model (tokenizer hf-bpe). Special-token text inside a\n"
      << "  document stays text; EOS is --eos-token, else the first special added token among\n"
      << "  <|end_of_text|>, <|endoftext|>, </s>, <eos>.\n"
+     << "Fine-tuning (--sft): each line is {\"prompt\", \"response\"} (or the --json-keys PROMPT,RESPONSE\n"
+     << "  fields) or {\"messages\": [{\"role\", \"content\"}, ...]} (rendered \"<|role|>\\n\" content \"\\n\");\n"
+     << "  the dataset gets /loss_mask: only the response / assistant tokens (and the EOS after a final\n"
+     << "  response) are loss targets. A record without a non-blank response or assistant turn is an\n"
+     << "  error (file:line).\n"
      << "Split: by document, a seeded permutation puts round(F * N) documents (at least 1 when F > 0)\n"
      << "  into --val-output; both files keep the corpus order.\n";
   return os.str();
@@ -293,7 +361,7 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
     po::store(po::command_line_parser(argc, argv).options(prep_options()).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    throw ConfigError(std::string("wlb4d-prep: ") + e.what() + " (see --help)");
+    throw ConfigError(std::string(e.what()) + " (see --help)");
   }
   PrepOptions o;
   if (vm.count("help") || vm.count("version")) {
@@ -313,37 +381,55 @@ PrepOptions parse_prep_args(int argc, const char* const* argv) {
   o.max_docs = vm["max-docs"].as<std::int64_t>();
   o.threads = vm["threads"].as<int>();
   o.shard_tokens = vm["shard-tokens"].as<std::int64_t>();
+  if (vm.count("json-keys")) {
+    const std::string v = vm["json-keys"].as<std::string>();
+    std::size_t b = 0;
+    while (true) {
+      const std::size_t e = v.find(',', b);
+      o.json_keys.push_back(v.substr(b, e == std::string::npos ? std::string::npos : e - b));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+    for (const auto& k : o.json_keys)
+      if (k.empty()) throw ConfigError("--json-keys '" + v + "' holds an empty field name (expected k1,k2,...)");
+  }
+  o.txt_split = vm["txt-split"].as<std::string>();
+  parse_txt_split(o.txt_split);  // validates
+  o.sft = vm["sft"].as<bool>();
+  if (o.sft && !o.json_keys.empty() && o.json_keys.size() != 2)
+    throw ConfigError("--json-keys with --sft names the PROMPT,RESPONSE fields: exactly 2 (got " +
+                      std::to_string(o.json_keys.size()) + ")");
   return o;
 }
 
 static void validate(const PrepOptions& o) {
-  if (o.inputs.empty()) throw ConfigError("wlb4d-prep: --input is required (a corpus file or directory)");
-  if (o.output.empty()) throw ConfigError("wlb4d-prep: --output is required (the dataset to write)");
+  if (o.inputs.empty()) throw ConfigError("--input is required (a corpus file or directory)");
+  if (o.output.empty()) throw ConfigError("--output is required (the dataset to write)");
   const bool hf = is_hf_tokenizer(o.tokenizer);
   if (o.tokenizer != "bytes" && o.tokenizer != "sentencepiece" && !hf)
-    throw ConfigError("wlb4d-prep: --tokenizer '" + o.tokenizer +
+    throw ConfigError("--tokenizer '" + o.tokenizer +
                       "' must be bytes, sentencepiece or a Hugging Face tokenizer.json (a path ending in .json)");
   if (o.tokenizer != "sentencepiece" && !o.spm_model.empty())
-    throw ConfigError("wlb4d-prep: --spm-model needs --tokenizer sentencepiece");
+    throw ConfigError("--spm-model needs --tokenizer sentencepiece");
   if (!hf && !o.eos_token.empty())
-    throw ConfigError("wlb4d-prep: --eos-token needs --tokenizer TOKENIZER.json (bytes and sentencepiece have a fixed EOS)");
+    throw ConfigError("--eos-token needs --tokenizer TOKENIZER.json (bytes and sentencepiece have a fixed EOS)");
   if (o.tokenizer == "sentencepiece" && o.spm_model.empty() && o.vocab_size < 300)
-    throw ConfigError("wlb4d-prep: --vocab-size " + std::to_string(o.vocab_size) +
+    throw ConfigError("--vocab-size " + std::to_string(o.vocab_size) +
                       " must be >= 300 (256 byte pieces + specials + characters)");
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
-    throw ConfigError("wlb4d-prep: --val-fraction " + std::to_string(o.val_fraction) + " must be in [0, 1)");
+    throw ConfigError("--val-fraction " + std::to_string(o.val_fraction) + " must be in [0, 1)");
   if (o.val_fraction > 0.0 && o.val_output.empty())
-    throw ConfigError("wlb4d-prep: --val-fraction > 0 needs --val-output");
+    throw ConfigError("--val-fraction > 0 needs --val-output");
   if (o.val_fraction == 0.0 && !o.val_output.empty())
-    throw ConfigError("wlb4d-prep: --val-output needs --val-fraction > 0");
+    throw ConfigError("--val-output needs --val-fraction > 0");
   if (!o.val_output.empty() && o.val_output == o.output)
-    throw ConfigError("wlb4d-prep: --val-output must differ from --output");
+    throw ConfigError("--val-output must differ from --output");
   if (o.max_docs == 0 || o.max_docs < -1)
-    throw ConfigError("wlb4d-prep: --max-docs " + std::to_string(o.max_docs) + " must be >= 1 (or -1: all)");
+    throw ConfigError("--max-docs " + std::to_string(o.max_docs) + " must be >= 1 (or -1: all)");
   if (o.threads < 0)
-    throw ConfigError("wlb4d-prep: --threads " + std::to_string(o.threads) + " must be >= 0 (0: all hardware threads)");
+    throw ConfigError("--threads " + std::to_string(o.threads) + " must be >= 0 (0: all hardware threads)");
   if (o.shard_tokens < 0)
-    throw ConfigError("wlb4d-prep: --shard-tokens " + std::to_string(o.shard_tokens) + " must be >= 0 (0: one file)");
+    throw ConfigError("--shard-tokens " + std::to_string(o.shard_tokens) + " must be >= 0 (0: one file)");
   refuse_input_as_output(o);
 }
 
@@ -365,11 +451,31 @@ PrepSummary run_prep(const PrepOptions& o) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   PrepSummary s;
-  std::vector<std::string> docs = read_corpus(o.inputs, &s.corpus, o.max_docs);
+  std::vector<std::string> docs;
+  std::vector<SegmentedDoc> segs;  // --sft: every document's segments (docs[i] is their text)
+  if (o.sft) {
+    segs = read_sft_corpus(o.inputs, &s.corpus, o.max_docs, o.json_keys.empty() ? "prompt" : o.json_keys[0],
+                           o.json_keys.empty() ? "response" : o.json_keys[1]);
+    docs.reserve(segs.size());
+    for (const auto& d : segs) {
+      std::string text;
+      for (const auto& g : d) text += g.text;
+      docs.push_back(std::move(text));
+    }
+    s.json_keys = "";
+  } else {
+    CorpusOptions co;
+    if (!o.json_keys.empty()) co.json_keys = o.json_keys;
+    co.txt_split = parse_txt_split(o.txt_split);
+    docs = read_corpus(o.inputs, &s.corpus, o.max_docs, co);
+    s.json_keys.clear();
+    for (const auto& k : co.json_keys) s.json_keys += (s.json_keys.empty() ? "\"" : "/\"") + k + "\"";
+  }
   s.read_s = seconds_since(t0);
+  if (docs.empty() && o.sft) throw DataError("no fine-tuning records in the input (every line was blank)");
   if (docs.empty())
-    throw DataError("wlb4d-prep: no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
-                    " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without \"text\")");
+    throw DataError("no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
+                    " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without " + s.json_keys + ")");
 
   // Split by document: the first n_val entries of a seeded permutation.
   const auto n = static_cast<std::int64_t>(docs.size());
@@ -377,7 +483,7 @@ PrepSummary run_prep(const PrepOptions& o) {
   if (o.val_fraction > 0.0) {
     n_val = std::llround(o.val_fraction * static_cast<double>(n));
     n_val = std::clamp<std::int64_t>(n_val, 1, n - 1);
-    if (n < 2) throw DataError("wlb4d-prep: a validation split needs at least 2 documents (have 1)");
+    if (n < 2) throw DataError("a validation split needs at least 2 documents (have 1)");
   }
   std::vector<char> is_val(static_cast<std::size_t>(n), 0);
   if (n_val > 0) {
@@ -385,7 +491,12 @@ PrepSummary run_prep(const PrepOptions& o) {
     for (std::int64_t i = 0; i < n_val; ++i) is_val[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = 1;
   }
   std::vector<const std::string*> train, val;
-  for (std::int64_t i = 0; i < n; ++i) (is_val[static_cast<std::size_t>(i)] ? val : train).push_back(&docs[static_cast<std::size_t>(i)]);
+  std::vector<const SegmentedDoc*> train_segs, val_segs;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    (is_val[k] ? val : train).push_back(&docs[k]);
+    if (o.sft) (is_val[k] ? val_segs : train_segs).push_back(&segs[k]);
+  }
 
   const auto t1 = std::chrono::steady_clock::now();
   std::unique_ptr<Tokenizer> tok;
@@ -412,6 +523,7 @@ PrepSummary run_prep(const PrepOptions& o) {
     }
   }
   s.tokenizer_s = seconds_since(t1);
+  s.sft = o.sft;
   s.tokenizer = tok->name();
   s.vocab_size = tok->vocab_size();
   s.eos_id = tok->eos_id();
@@ -428,10 +540,10 @@ PrepSummary run_prep(const PrepOptions& o) {
   s.threads = enc.threads();
   s.tokenizer_s = seconds_since(t1);
   const auto t2 = std::chrono::steady_clock::now();
-  s.train = write_split(o.output, train, enc, *tok, src, o.shard_tokens, tmp);
+  s.train = write_split(o.output, train, o.sft ? &train_segs : nullptr, enc, *tok, src, o.shard_tokens, tmp);
   if (n_val > 0) {
     s.has_val = true;
-    s.val = write_split(o.val_output, val, enc, *tok,
+    s.val = write_split(o.val_output, val, o.sft ? &val_segs : nullptr, enc, *tok,
                         fmt::format("{} (validation split: {} of {} documents, val_fraction {}, seed {})", inputs,
                                     val.size(), n, o.val_fraction, o.seed),
                         o.shard_tokens, tmp);
@@ -450,8 +562,13 @@ PrepSummary run_prep(const PrepOptions& o) {
 std::string format_summary(const PrepSummary& s) {
   std::string out;
   const auto& c = s.corpus;
-  out += fmt::format("wlb4d-prep: read {} documents ({}) from {} file(s); skipped {} empty, {} without \"text\"",
-                     c.documents, human_bytes(c.bytes), c.files, c.empty_skipped, c.no_text_skipped);
+  if (s.sft)
+    out += fmt::format("wlb4d-prep: read {} fine-tuning records ({}) from {} file(s)", c.documents,
+                       human_bytes(c.bytes), c.files);
+  else
+    out += fmt::format("wlb4d-prep: read {} documents ({}) from {} file(s); skipped {} empty, {} without {}",
+                       c.documents, human_bytes(c.bytes), c.files, c.empty_skipped, c.no_text_skipped,
+                       s.json_keys.empty() ? std::string("\"text\"") : s.json_keys);
   if (c.ignored_files) out += fmt::format(", {} other files ignored", c.ignored_files);
   out += fmt::format("; {} with invalid UTF-8 repaired\n", c.utf8_repaired);
   out += fmt::format("wlb4d-prep: tokenizer {}, vocab_size {}, eos_id {}{}\n", s.tokenizer, s.vocab_size, s.eos_id,
@@ -461,6 +578,10 @@ std::string format_summary(const PrepSummary& s) {
         "wlb4d-prep: {} {}{}: {} documents, {} tokens; document length (tokens) p50 {} p90 {} p99 {} max {}\n", name,
         x.path, x.shards.empty() ? std::string() : fmt::format(" ({} shards)", x.shards.size()), x.docs, x.tokens,
         x.p50, x.p90, x.p99, x.max);
+      out += fmt::format("wlb4d-prep: {} loss mask: {} of {} targets trained ({:.1f}%; response / assistant tokens "
+                         "and their EOS)\n",
+                         name, x.loss_targets, x.tokens - x.docs,
+                         x.tokens > x.docs ? 100.0 * double(x.loss_targets) / double(x.tokens - x.docs) : 0.0);
   };
   line("train", s.train);
   if (s.has_val) line("val", s.val);

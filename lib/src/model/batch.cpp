@@ -32,9 +32,13 @@ void check_cu_seqlens(const std::vector<std::int64_t>& cu, const std::vector<tok
 }  // namespace
 
 HostMicroBatch build_host_micro_batch(const std::vector<std::int64_t>& cu, const std::vector<token_t>& ids,
-                                      const std::vector<std::int64_t>* local) {
+                                      const std::vector<std::int64_t>* local,
+                                      const std::vector<std::uint8_t>* loss_mask) {
   check_cu_seqlens(cu, ids);
   const std::int64_t T = cu.back();
+  if (loss_mask && std::int64_t(loss_mask->size()) != T)
+    throw std::invalid_argument("wlb::model::build_host_micro_batch: loss mask of " +
+                                std::to_string(loss_mask->size()) + " values for T=" + std::to_string(T) + " tokens");
   // Document start of every packed token (the mask and the positions need it).
   std::vector<std::int32_t> start(static_cast<std::size_t>(T));
   std::vector<bool> last(static_cast<std::size_t>(T), false);
@@ -55,7 +59,8 @@ HostMicroBatch build_host_micro_batch(const std::vector<std::int64_t>& cu, const
     h.attention_pairs += i - s + 1;
     if (!ids.empty()) {
       h.token_ids.push_back(std::int32_t(ids[std::size_t(i)]));
-      const bool target = !last[std::size_t(i)];  // labels never cross a document boundary
+      // Labels never cross a document boundary; a masked next token is no target.
+      const bool target = !last[std::size_t(i)] && (!loss_mask || (*loss_mask)[std::size_t(i) + 1] != 0);
       h.labels.push_back(target ? std::int32_t(ids[std::size_t(i) + 1]) : -1);
       h.target_tokens += target ? 1 : 0;
     }

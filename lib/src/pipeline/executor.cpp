@@ -68,15 +68,17 @@ model::HostMicroBatch read_micro_batch(const data::TokenDataset& ds, const balan
                                        const std::vector<std::int64_t>* local) {
   std::vector<token_t> ids(std::size_t(mb.tokens()));
   std::vector<std::int64_t> cu{0};
+  std::vector<std::uint8_t> mask(ds.has_loss_mask() ? ids.size() : 0);
   for (const auto& s : mb.spans) {
     if (s.length < 1 || s.offset < 0 || s.offset + s.length > ds.doc_length(s.doc_id))
       throw core::DataError("step plan span (doc " + std::to_string(s.doc_id) + ", offset " +
                             std::to_string(s.offset) + ", length " + std::to_string(s.length) +
                             ") lies outside the document in '" + ds.path() + "'");
     ds.read(s.doc_id, s.offset, s.length, ids.data() + cu.back());
+    if (!mask.empty()) ds.read_loss_mask(s.doc_id, s.offset, s.length, mask.data() + cu.back());
     cu.push_back(cu.back() + s.length);
   }
-  return model::build_host_micro_batch(cu, ids, local);
+  return model::build_host_micro_batch(cu, ids, local, mask.empty() ? nullptr : &mask);
 }
 
 /// Everything staged for the current set of micro-batches.
@@ -157,6 +159,7 @@ void Executor::load(const data::TokenDataset& ds, const std::vector<balance::Mic
     L.mb_tokens.resize(mbs.size());
   }
   local_tokens_ = 0;
+  local_targets_ = 0;
   for (std::size_t i = 0; i < mbs.size(); ++i) {
     if (mbs[i].tokens() > cap_)
       throw core::InternalError("micro-batch of " + std::to_string(mbs[i].tokens()) +
@@ -179,6 +182,7 @@ void Executor::load(const data::TokenDataset& ds, const std::vector<balance::Mic
     L.mb_tokens[i] = mbs[i].tokens();
     model::upload_micro_batch(L.inputs[i], hb);
     local_tokens_ += hb.size();
+    local_targets_ += hb.target_tokens;
   }
   ca_bound_ = 0;
   ca_plan_stats_ = AttentionStats{};

@@ -453,6 +453,14 @@ struct Trainer::Impl {
     const std::int64_t n =
         cfg.data.max_docs > 0 ? std::min(train_ds.num_docs(), cfg.data.max_docs) : train_ds.num_docs();
     std::int64_t targets = 0;
+    if (train_ds.has_loss_mask()) {
+      // A fine-tuning dataset: its loss mask must leave some target.
+      for (std::int64_t d = 0; d < n && targets == 0; ++d) targets += train_ds.span_targets(d, 0, train_ds.doc_length(d));
+      if (targets == 0)
+        throw core::DataError("data.train='" + cfg.data.train + "' has no loss targets: its /loss_mask masks every "
+                              "token of the " + std::to_string(n) + " documents used (prepare it with wlb4d-prep "
+                              "--sft from records with a response)");
+    }
     for (std::int64_t d = 0; d < n && targets == 0; ++d) targets += train_ds.doc_length(d) - 1;
     if (targets == 0)
       throw core::DataError("data.train='" + cfg.data.train + "' has no target tokens: all " + std::to_string(n) +
@@ -460,6 +468,11 @@ struct Trainer::Impl {
                             "document, so a document needs >= 2 tokens)");
     if (!val_ds || cfg.train.eval_every == 0) return;
     build_validation_batches();
+    if (val_targets == 0 && val_ds->has_loss_mask())
+      throw core::DataError("data.val='" + cfg.data.val + "' gives no loss targets: its loss mask masks every "
+                            "target of its first documents within train.eval_tokens=" +
+                            std::to_string(cfg.train.eval_tokens) +
+                            "; raise train.eval_tokens, or set data.val= (empty) or train.eval_every=0");
     if (val_targets == 0)
       throw core::DataError("data.val='" + cfg.data.val + "' gives no target tokens: its first documents within "
                             "train.eval_tokens=" + std::to_string(cfg.train.eval_tokens) + " (of " +
@@ -591,6 +604,16 @@ struct Trainer::Impl {
     exec->load(train_ds, plan.micro_batches.at(r), plan.sharding.at(r), &plan);
   }
 
+  /// The step's loss normaliser: the plan's target count, or with a loss
+  /// mask (a fine-tuning dataset) the unmasked targets of the loaded
+  /// micro-batches summed over DP×CP (every rank of a DP×CP group holds
+  /// other tokens of the step; TP and PP peers load the same). Collective
+  /// over DP×CP when the dataset has a loss mask.
+  std::int64_t step_targets(const balance::StepPlan& plan) const {
+    if (!train_ds.has_loss_mask()) return plan.target_tokens;
+    return grid.dpcp().allreduce_value(exec->local_targets());
+  }
+
   /// Token-level mean loss from this rank's Σ CE: summed over DP×CP, taken
   /// from the last pipeline stage (the only one with a loss). Collective.
   double reduce_loss(double loss_sum, std::int64_t target_tokens) const {
@@ -599,8 +622,8 @@ struct Trainer::Impl {
     return target_tokens > 0 ? loss_sum / double(target_tokens) : 0.0;
   }
 
-  StepResult result(const balance::StepPlan& plan, double loss, const optim::UpdateResult& upd,
-                    const SpikeDecision& guard) const {
+  StepResult result(const balance::StepPlan& plan, std::int64_t targets, double loss,
+                    const optim::UpdateResult& upd, const SpikeDecision& guard) const {
     StepResult res;
     res.step = step;
     res.loss = loss;
@@ -611,7 +634,7 @@ struct Trainer::Impl {
     res.grad_norm = upd.grad_norm;
     res.lr = upd.lr;
     res.tokens = plan.tokens;
-    res.target_tokens = plan.target_tokens;
+    res.target_tokens = targets;
     std::int64_t pairs = 0;
     for (const auto& rep : plan.micro_batches)
       for (const auto& mb : rep) pairs += attention_pairs(mb);
@@ -827,7 +850,13 @@ struct Trainer::Impl {
       budget -= len;
     }
     val_mbs = balance::pack_in_order(spans, cfg.train.max_seq_len);
-    for (const auto& mb : val_mbs) val_targets += mb.target_tokens();
+    for (const auto& mb : val_mbs) {
+      if (!val_ds->has_loss_mask()) {
+        val_targets += mb.target_tokens();
+        continue;
+      }
+      for (const auto& sp : mb.spans) val_targets += val_ds->span_targets(sp.doc_id, sp.offset, sp.length);
+    }
   }
 
   /// Checkpoint urgency agreed by every rank (clocks and signals are per rank):
@@ -1154,17 +1183,21 @@ StepResult Trainer::step() {
   Phase plan_phase = I.phase(kPhasePlan, s, traced);
   const balance::StepPlan plan = I.packer->plan_step(I.step, I.source);
   I.tokens_seen += plan.tokens;
-  const auto metrics = balance::step_metrics(plan, I.cost, I.grid.cp_size());
+  auto metrics = balance::step_metrics(plan, I.cost, I.grid.cp_size());
   rec.time[io::kPlan] = plan_phase.end();
 
   // 2-4. This rank's slice of its replica's micro-batches; the schedule.
   Phase data_phase = I.phase(kPhaseData, s, traced);
   I.load(plan);
+  const std::int64_t targets = I.step_targets(plan);
+  metrics.target_tokens = targets;
+  if (targets == 0 && I.grid.rank() == 0)
+    spdlog::warn("step {}: no loss targets (the loss mask masks every target of the step): loss 0, zero gradient",
+                 I.step + 1);
   rec.time[io::kData] = data_phase.end();
   Phase run_phase = I.phase(kPhaseRun, s, traced);
   const double spike_scale = core::fault_loss_scale(I.step);  // tests only (WLB4D_FAULT=spike)
-  const auto run = I.exec->run(/*backward=*/true,
-                               plan.target_tokens > 0 ? spike_scale / double(plan.target_tokens) : 0.0, traced);
+  const auto run = I.exec->run(/*backward=*/true, targets > 0 ? spike_scale / double(targets) : 0.0, traced);
   add_run_stats(rec, run);
   if (traced) I.keep_trace(run);
   Kokkos::fence();
@@ -1179,7 +1212,7 @@ StepResult Trainer::step() {
 
   // 6. Loss, global grad norm, NaN/inf check, clip, AdamW.
   Phase opt_phase = I.phase(kPhaseOptimizer, s, traced);
-  const double loss = I.reduce_loss(run.loss_sum, plan.target_tokens) * spike_scale;
+  const double loss = I.reduce_loss(run.loss_sum, targets) * spike_scale;
   SpikeDecision guard;
   const optim::UpdateResult upd = I.update(loss, &guard);
   rec.time[io::kOptimizer] = opt_phase.end();
@@ -1187,7 +1220,7 @@ StepResult Trainer::step() {
   // 7. Records (and the validation loss when due). kTotal is the step alone:
   // evaluation (and, in run(), the checkpoint) have their own columns.
   rec.time[io::kTotal] = core::wall_seconds() - t_start;
-  StepResult res = I.result(plan, loss, upd, guard);
+  StepResult res = I.result(plan, targets, loss, upd, guard);
   ++I.step;
   if (I.eval_due()) {
     Phase eval_phase = I.phase(kPhaseEval, s, traced);

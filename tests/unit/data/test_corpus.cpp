@@ -119,3 +119,89 @@ TEST(Corpus, MissingInputsAndBadXzAreErrors) {
     EXPECT_NE(std::string(e.what()).find("xz -dc' failed"), std::string::npos) << e.what();
   }
 }
+
+TEST(Corpus, JsonKeysReadEveryListedFieldInOrder) {
+  auto p = test::scratch("keys.jsonl");
+  test::write_file(p,
+                   "{\"title\": \"T1\", \"body\": \"B1\", \"text\": \"ignored\"}\n"
+                   "{\"body\": \"B2\"}\n"          // one of the keys: one document
+                   "{\"text\": \"only text\"}\n"   // none of the keys: skipped, counted
+                   "{\"title\": 7, \"body\": \"B4\"}\n");
+  CorpusStats st;
+  CorpusOptions co;
+  co.json_keys = {"title", "body"};
+  auto docs = read_corpus({p.string()}, &st, -1, co);
+  EXPECT_EQ(docs, (std::vector<std::string>{"T1", "B1", "B2", "B4"}));
+  EXPECT_EQ(st.no_text_skipped, 1);
+  EXPECT_EQ(read_corpus({p.string()}, &st, 2, co).size(), 2u);  // max_docs counts documents
+  co.json_keys.clear();
+  EXPECT_THROW(read_corpus({p.string()}, &st, -1, co), core::ConfigError);
+}
+
+TEST(Corpus, TxtSplitRules) {
+  auto p = test::scratch("split.txt");
+  test::write_file(p, "First para\nline two\n\n \t\nSecond para\r\n\n\nThird\n");
+  CorpusOptions co;
+  EXPECT_EQ(read_corpus({p.string()}, nullptr, -1, co).size(), 1u);  // default: one document per file
+  co.txt_split = parse_txt_split("blank-line");
+  EXPECT_EQ(read_corpus({p.string()}, nullptr, -1, co),
+            (std::vector<std::string>{"First para\nline two", "Second para\r", "Third"}));
+  co.txt_split = parse_txt_split("line");
+  EXPECT_EQ(read_corpus({p.string()}, nullptr, -1, co),
+            (std::vector<std::string>{"First para", "line two", "Second para\r", "Third"}));
+  EXPECT_THROW(parse_txt_split("paragraph"), core::ConfigError);
+}
+
+TEST(Corpus, FineTuningRecordsBecomeSegments) {
+  auto p = test::scratch("sft.jsonl");
+  test::write_file(p,
+                   "{\"prompt\": \"Q: hi\\nA: \", \"response\": \"hello\"}\n"
+                   "\n"
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n");
+  CorpusStats st;
+  auto docs = read_sft_corpus({p.string()}, &st);
+  ASSERT_EQ(docs.size(), 2u);
+  ASSERT_EQ(docs[0].size(), 2u);
+  EXPECT_EQ(docs[0][0].text, "Q: hi\nA: ");
+  EXPECT_FALSE(docs[0][0].target);
+  EXPECT_EQ(docs[0][1].text, "hello");
+  EXPECT_TRUE(docs[0][1].target);
+  ASSERT_EQ(docs[1].size(), 4u);
+  EXPECT_EQ(docs[1][0].text, "<|user|>\n");
+  EXPECT_EQ(docs[1][1].text, "u\n");
+  EXPECT_FALSE(docs[1][1].target);
+  EXPECT_EQ(docs[1][2].text, "<|assistant|>\n");
+  EXPECT_FALSE(docs[1][2].target);
+  EXPECT_EQ(docs[1][3].text, "a\n");
+  EXPECT_TRUE(docs[1][3].target);
+  EXPECT_EQ(st.documents, 2);
+  // Custom field names (--json-keys instruction,output).
+  auto q = test::scratch("alpaca.jsonl");
+  test::write_file(q, "{\"instruction\": \"Do\", \"output\": \"Done\"}\n");
+  EXPECT_EQ(read_sft_corpus({q.string()}, nullptr, -1, "instruction", "output")[0][1].text, "Done");
+}
+
+TEST(Corpus, FineTuningRecordErrorsNameFileLineAndRule) {
+  auto expect = [](const std::string& line, const std::string& frag) {
+    auto p = test::scratch("sft-bad.jsonl");
+    test::write_file(p, "{\"prompt\": \"ok\", \"response\": \"ok\"}\n" + line + "\n");
+    try {
+      read_sft_corpus({p.string()}, nullptr);
+      ADD_FAILURE() << "expected DataError for " << line;
+    } catch (const core::DataError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("sft-bad.jsonl:2: "), std::string::npos) << m;
+      EXPECT_NE(m.find(frag), std::string::npos) << m;
+    }
+  };
+  expect("{\"prompt\": \"no response\"}", "without a response");
+  expect("{\"prompt\": \"p\", \"response\": \"  \"}", "non-blank string");
+  expect("{\"prompt\": 3, \"response\": \"r\"}", "without a string \"prompt\"");
+  expect("{\"text\": \"plain\"}", "needs \"messages\" (chat) or \"prompt\" and \"response\"");
+  expect("{\"messages\": {\"role\": \"user\"}}", "must be an array");
+  expect("{\"messages\": [{\"role\": \"user\", \"content\": \"u\"}]}", "no \"assistant\" turn");
+  expect("{\"messages\": [{\"role\": \"assistant\"}]}", "messages[0] needs a string \"content\"");
+  auto t = test::scratch("sft.txt");
+  test::write_file(t, "text");
+  EXPECT_THROW(read_sft_corpus({t.string()}, nullptr), core::DataError);
+}

@@ -594,3 +594,104 @@ TEST(TokenDatasetShards, ShardsWithAnotherVocabularyAreRefused) {
   const auto c = write_chunked("shard-eos-c.h5", 257, 0);
   expect_data_error([&] { TokenDataset::open(std::vector<std::string>{a, c}); }, {c, "eos_id 0 differs"});
 }
+
+// Fine-tuning datasets: /loss_mask round trip, span targets, the rules.
+TEST(TokenDatasetLossMask, RoundTripSpanTargetsAndRules) {
+  const auto path = test::scratch("mask.h5").string();
+  {
+    TokenDatasetWriter::Options wo;
+    wo.loss_mask = true;
+    wo.chunk_tokens = 3;  // several chunks, several flushes
+    TokenDatasetWriter w(path, "bytes", 257, 256, "unit test", "", wo);
+    w.append({1, 2, 3, 4}, {0, 0, 1, 1, 1});  // prompt 1 2, response 3 4, EOS
+    w.append({5, 6});                         // no mask given: all targets
+    w.append({7, 8, 9}, {0, 1, 0, 0});        // a chat ending with a user turn: EOS masked
+    EXPECT_THROW(w.append({1}, {1}), core::DataError);         // 1 token + EOS need 2 values
+    EXPECT_THROW(w.append({1}, {1, 2}), core::DataError);      // not 0/1
+    EXPECT_EQ(w.loss_targets(), 3 + 2 + 1);
+    w.finish();
+  }
+  const auto ds = TokenDataset::open(path);
+  ASSERT_TRUE(ds.has_loss_mask());
+  EXPECT_EQ(ds.loss_targets(), 6);
+  std::vector<std::uint8_t> m(5);
+  ds.read_loss_mask(0, 0, 5, m.data());
+  EXPECT_EQ(m, (std::vector<std::uint8_t>{0, 0, 1, 1, 1}));
+  ds.read_loss_mask(1, 0, 3, m.data());
+  EXPECT_EQ(std::vector<std::uint8_t>(m.begin(), m.begin() + 3), (std::vector<std::uint8_t>{1, 1, 1}));
+  // span_targets counts positions whose next token is a target.
+  EXPECT_EQ(ds.span_targets(0, 0, 5), 3);
+  EXPECT_EQ(ds.span_targets(0, 0, 2), 0);  // prompt only
+  EXPECT_EQ(ds.span_targets(0, 1, 3), 2);  // tokens 2 3 4: targets 3, 4
+  EXPECT_EQ(ds.span_targets(2, 0, 4), 1);
+  EXPECT_THROW(ds.span_targets(2, 1, 4), core::DataError);
+  EXPECT_THROW(ds.read_loss_mask(0, 3, 3, m.data()), core::DataError);
+  // Without /loss_mask: every next token is a target, the mask reads as ones.
+  const auto& plain = TokenDataset::open(tiny_bytes_h5());
+  EXPECT_FALSE(plain.has_loss_mask());
+  EXPECT_EQ(plain.span_targets(0, 0, 10), 9);
+  EXPECT_EQ(plain.loss_targets(), plain.num_tokens() - plain.num_docs());
+  ds.read_loss_mask(0, 0, 0, m.data());
+  // append(tokens, mask) needs Options::loss_mask.
+  TokenDatasetWriter w2(test::scratch("nomask.h5").string(), "bytes", 257, 256, "unit test", "");
+  expect_data_error([&] { w2.append({1}, {1, 1}); }, {"nomask.h5", "Options::loss_mask"});
+}
+
+namespace {
+void add_mask(hid_t f, const std::vector<std::uint8_t>& v) {
+  hsize_t n = v.size();
+  hid_t s = H5Screate_simple(1, &n, nullptr);
+  hid_t d = H5Dcreate2(f, "loss_mask", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  H5Dclose(d);
+  H5Sclose(s);
+}
+}  // namespace
+
+// A blend of fine-tuning and pretraining files opens as one dataset: the
+// pretraining file's documents train on every target.
+TEST(TokenDatasetLossMask, FilesWithAndWithoutAMaskMix) {
+  const auto masked = test::scratch("mix-masked.h5").string();
+  const auto plain = test::scratch("mix-plain.h5").string();
+  {
+    TokenDatasetWriter::Options wo;
+    wo.loss_mask = true;
+    TokenDatasetWriter w(masked, "bytes", 257, 256, "unit test", "", wo);
+    w.append({1, 2, 3}, {0, 0, 1, 1});  // targets: 3, EOS
+    w.finish();
+    TokenDatasetWriter q(plain, "bytes", 257, 256, "unit test", "");
+    q.append({4, 5, 6, 7});  // 4 targets
+    q.finish();
+  }
+  for (const bool masked_first : {true, false}) {
+    SCOPED_TRACE(masked_first);
+    const auto ds = TokenDataset::open(masked_first ? std::vector<std::string>{masked, plain}
+                                                    : std::vector<std::string>{plain, masked});
+    const std::int64_t dm = masked_first ? 0 : 1, dp = 1 - dm;
+    EXPECT_TRUE(ds.has_loss_mask());
+    EXPECT_EQ(ds.loss_targets(), 2 + 4);
+    std::vector<std::uint8_t> m(5);
+    ds.read_loss_mask(dp, 0, 5, m.data());
+    EXPECT_EQ(m, (std::vector<std::uint8_t>{1, 1, 1, 1, 1}));
+    ds.read_loss_mask(dm, 0, 4, m.data());
+    EXPECT_EQ(std::vector<std::uint8_t>(m.begin(), m.begin() + 4), (std::vector<std::uint8_t>{0, 0, 1, 1}));
+    EXPECT_EQ(ds.span_targets(dp, 0, 5), 4);
+    EXPECT_EQ(ds.span_targets(dm, 0, 4), 2);
+  }
+}
+
+TEST(TokenDatasetLossMask, BadValuesAndLengthsAreNamed) {
+  // A mask value that is not 0/1 (a hand-edited file) fails on read, naming the index.
+  const auto bad = write_custom("mask-bad.h5", [](hid_t f) {
+    add_mask(f, {0, 1, 2, 1, 0});
+  });
+  const auto ds = TokenDataset::open(bad);
+  std::vector<std::uint8_t> m(3);
+  expect_data_error([&] { ds.read_loss_mask(0, 0, 3, m.data()); },
+                    {"mask-bad.h5", "'loss_mask' holds 2 at index 2", "0 or 1"});
+  const auto short_mask = write_custom("mask-short.h5", [](hid_t f) {
+    add_mask(f, {0, 1});
+  });
+  expect_data_error([&] { TokenDataset::open(short_mask); },
+                    {"mask-short.h5", "'loss_mask'", "one value per token: 2 values for 5 tokens"});
+}

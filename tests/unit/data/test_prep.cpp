@@ -353,3 +353,86 @@ TEST(PrepParallel, BadThreadAndShardOptions) {
     EXPECT_NE(std::string(e.what()).find("--shard-tokens -5 must be >= 0"), std::string::npos) << e.what();
   }
 }
+
+// --sft: the dataset's loss mask is the response / assistant tokens and the
+// EOS after a final response, each segment encoded on its own.
+TEST(Prep, FineTuningWritesTheLossMask) {
+  auto in = test::scratch("prep-sft.jsonl");
+  test::write_file(in,
+                   "{\"prompt\": \"ab\", \"response\": \"cd\"}\n"
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"y\"},"
+                   " {\"role\": \"user\", \"content\": \"z\"}]}\n");
+  PrepOptions o;
+  o.inputs = {in.string()};
+  o.output = test::scratch("prep-sft.h5").string();
+  o.sft = true;
+  const auto s = run_prep(o);
+  const auto ds = TokenDataset::open(o.output);
+  ASSERT_TRUE(ds.has_loss_mask());
+  std::vector<std::uint8_t> m(static_cast<std::size_t>(ds.doc_length(0)));
+  ds.read_loss_mask(0, 0, ds.doc_length(0), m.data());
+  EXPECT_EQ(m, (std::vector<std::uint8_t>{0, 0, 1, 1, 1}));  // a b | c d | EOS
+  // <|user|>\n x\n <|assistant|>\n y\n <|user|>\n z\n EOS: only "y\n" trained; EOS masked.
+  const std::string text = "<|user|>\nx\n<|assistant|>\ny\n<|user|>\nz\n";
+  ASSERT_EQ(ds.doc_length(1), std::int64_t(text.size()) + 1);
+  m.resize(text.size() + 1);
+  ds.read_loss_mask(1, 0, ds.doc_length(1), m.data());
+  const std::size_t y = text.find("y\n");
+  for (std::size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i], (i == y || i == y + 1) ? 1 : 0) << i;
+  EXPECT_EQ(s.train.loss_targets, 3 + 2);
+  EXPECT_EQ(ds.loss_targets(), 5);
+  EXPECT_NE(format_summary(s).find("loss mask: 5 of"), std::string::npos) << format_summary(s);
+}
+
+// --sft with threads and shards: every shard carries its own /loss_mask, and
+// the shards read as one dataset give the serial file's tokens and mask.
+TEST(Prep, FineTuningShardsAndThreadsWriteTheSerialMask) {
+  auto in = test::scratch("prep-sft-shards.jsonl");
+  std::string recs;
+  for (int i = 0; i < 40; ++i)
+    recs += i % 2 ? "{\"prompt\": \"Q: " + std::to_string(i) + " plus 1?\\nA: \", \"response\": \"" +
+                        std::to_string(i + 1) + "\"}\n"
+                  : "{\"messages\": [{\"role\": \"user\", \"content\": \"say " + std::to_string(i) +
+                        "\"}, {\"role\": \"assistant\", \"content\": \"" + std::to_string(i) + "\"}]}\n";
+  test::write_file(in, recs);
+  PrepOptions o;
+  o.inputs = {in.string()};
+  o.sft = true;
+  o.threads = 1;
+  o.output = test::scratch("prep-sft-serial.h5").string();
+  const auto serial = run_prep(o);
+  o.threads = 3;
+  o.shard_tokens = serial.train.tokens / 4;
+  o.output = test::scratch("prep-sft-sh.h5").string();
+  const auto sh = run_prep(o);
+  ASSERT_GE(sh.train.shards.size(), 3u);
+  EXPECT_EQ(sh.train.loss_targets, serial.train.loss_targets);
+  for (const auto& p : sh.train.shards) EXPECT_TRUE(TokenDataset::open(p).has_loss_mask()) << p;
+  const auto a = TokenDataset::open(serial.train.path);
+  const auto b = TokenDataset::open(sh.train.shards);
+  ASSERT_EQ(a.doc_lengths(), b.doc_lengths());
+  EXPECT_EQ(b.loss_targets(), a.loss_targets());
+  for (std::int64_t d = 0; d < a.num_docs(); ++d) {
+    const auto n = a.doc_length(d);
+    std::vector<std::uint8_t> x(static_cast<std::size_t>(n)), y(x.size());
+    a.read_loss_mask(d, 0, n, x.data());
+    b.read_loss_mask(d, 0, n, y.data());
+    EXPECT_EQ(x, y) << d;
+    EXPECT_EQ(a.span_targets(d, 1, n - 1), b.span_targets(d, 1, n - 1)) << d;
+  }
+}
+
+TEST(Prep, ParsesJsonKeysTxtSplitAndSft) {
+  const char* argv[] = {"wlb4d-prep", "-i", "a.jsonl", "-o", "b.h5", "--json-keys", "title,body", "--txt-split",
+                        "blank-line"};
+  auto o = parse_prep_args(9, argv);
+  EXPECT_EQ(o.json_keys, (std::vector<std::string>{"title", "body"}));
+  EXPECT_EQ(o.txt_split, "blank-line");
+  EXPECT_FALSE(o.sft);
+  const char* bad_keys[] = {"wlb4d-prep", "--json-keys", "a,,b"};
+  EXPECT_THROW(parse_prep_args(3, bad_keys), core::ConfigError);
+  const char* sft3[] = {"wlb4d-prep", "--sft", "--json-keys", "a,b,c"};
+  EXPECT_THROW(parse_prep_args(4, sft3), core::ConfigError);
+  const char* split[] = {"wlb4d-prep", "--txt-split", "para"};
+  EXPECT_THROW(parse_prep_args(3, split), core::ConfigError);
+}

@@ -13,6 +13,16 @@
 ///                  ("sentencepiece-bpe", tokenizer = "sentencepiece") or
 ///                  the text of a Hugging Face tokenizer.json
 ///                  ("hf-tokenizer-json", tokenizer = "hf-bpe"); absent for bytes.
+/// - `/loss_mask`   uint8 [num_tokens], optional (fine-tuning datasets,
+///                  `wlb4d-prep --sft`): aligned with /tokens, chunked like it,
+///                  with HDF5's Fletcher32 filter (a corrupt chunk fails on
+///                  read). loss_mask[j] = 1: token j is a loss target (the
+///                  model is trained to predict it from the tokens before
+///                  it); 0: it is input only. A document's first token is
+///                  never a target (nothing precedes it). Root attribute
+///                  loss_targets (int): the count of targets with mask 1.
+///                  Without /loss_mask every next token of the same document
+///                  is a target.
 /// - root attributes: format (string), format_version (int), vocab_size (int),
 ///   eos_id (int), tokenizer ("bytes" | "sentencepiece" | "hf-bpe"), source (string),
 ///   num_docs, num_tokens (int, informational), writer (string),
@@ -131,6 +141,22 @@ class TokenDataset {
   bool has_checksum() const;
   /// Every file's /tokens carries the Fletcher32 filter (nothing read at open).
   bool chunk_checksums() const;
+  /// Some file carries /loss_mask (fine-tuning data). In a set of files that
+  /// mixes both kinds (a blend of pretraining text and fine-tuning records),
+  /// the documents of a file without /loss_mask train on every target.
+  bool has_loss_mask() const;
+  /// Reads loss_mask [offset, offset+length) of document doc into out (1 for
+  /// every token when the document's file has no /loss_mask).
+  /// \throws DataError when the span leaves the document, the read fails
+  ///         (Fletcher32 mismatch) or a value is not 0 or 1.
+  void read_loss_mask(std::int64_t doc, std::int64_t offset, std::int64_t length, std::uint8_t* out) const;
+  /// Loss targets of the span [offset, offset+length) of document doc read as
+  /// one sequence: positions i < length-1 whose next token is a target, i.e.
+  /// Σ loss_mask[offset+1 .. offset+length) (length-1 without /loss_mask).
+  std::int64_t span_targets(std::int64_t doc, std::int64_t offset, std::int64_t length) const;
+  /// Σ over the files of root attribute loss_targets, num_tokens - num_docs
+  /// for a file without /loss_mask (-1 when a masked file lacks the attribute).
+  std::int64_t loss_targets() const;
 
  private:
   struct Impl;
@@ -145,6 +171,7 @@ class TokenDatasetWriter {
  public:
   struct Options {
     std::int64_t chunk_tokens = 1 << 16;  ///< /tokens chunk: 64 Ki tokens = 256 KiB
+    bool loss_mask = false;               ///< also write /loss_mask (append(tokens, mask))
   };
   /// \param tokenizer "bytes", "sentencepiece" or "hf-bpe"; model is the
   ///        serialized sentencepiece model or the tokenizer.json text
@@ -162,6 +189,14 @@ class TokenDatasetWriter {
   /// Appends one document: its tokens, then EOS. tokens must not contain EOS
   /// and every id must be < vocab_size. \throws DataError otherwise.
   void append(const std::vector<token_t>& tokens);
+  /// Appends one document with its loss mask: mask holds tokens.size()+1
+  /// values 0/1, the last for EOS (dataset.hpp's /loss_mask). Needs
+  /// Options::loss_mask (append(tokens) then writes all ones).
+  /// \throws DataError as append(tokens), or for a mask of another length or
+  ///         value, or without Options::loss_mask.
+  void append(const std::vector<token_t>& tokens, const std::vector<std::uint8_t>& mask);
+  /// Targets with mask 1 so far (dataset.hpp's loss_targets; 0 without Options::loss_mask).
+  std::int64_t loss_targets() const;
   /// Writes /doc_offsets and the count attributes, closes and renames.
   void finish();
   std::int64_t num_docs() const;

@@ -41,6 +41,9 @@ struct PrepOptions {
   std::int64_t max_docs = -1;       ///< first N documents only (< 0: all)
   int threads = 0;                  ///< encoding threads (0: std::thread::hardware_concurrency())
   std::int64_t shard_tokens = 0;    ///< > 0: write shards OUT-00000.h5, ... of about this many tokens
+  std::vector<std::string> json_keys;  ///< --json-keys (empty: "text"; with sft: prompt,response)
+  std::string txt_split = "file";     ///< --txt-split: file | blank-line | line (corpus.hpp TxtSplit)
+  bool sft = false;                   ///< --sft: fine-tuning records, written with a loss mask
   bool help = false;                ///< --help was given
   bool version = false;             ///< --version was given
 };
@@ -61,6 +64,7 @@ struct SplitSummary {
   std::vector<std::string> shards;  ///< the shard files written (empty: one file)
   std::int64_t docs = 0, tokens = 0;
   std::int64_t p50 = 0, p90 = 0, p99 = 0, max = 0;
+  std::int64_t loss_targets = 0;  ///< --sft: targets with loss mask 1 (dataset.hpp)
 };
 
 struct PrepSummary {
@@ -68,6 +72,8 @@ struct PrepSummary {
   std::string tokenizer;
   int vocab_size = 0;
   int eos_id = 0;
+  bool sft = false;       ///< written with a loss mask
+  std::string json_keys;  ///< the JSONL fields read, quoted ("\"text\"")
   std::string eos_token;  ///< the EOS token's text (hf-bpe only: it was chosen; "" otherwise)
   SplitSummary train;
   bool has_val = false;

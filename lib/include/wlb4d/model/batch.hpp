@@ -9,7 +9,8 @@
 /// cu_seqlens = [0, d_0, d_0+d_1, …, T]. For token i of the document starting
 /// at s (DESIGN §2 step 3, §5):
 ///   positions[i] = i − s                   (RoPE positions restart at 0)
-///   labels[i]    = ids[i+1] if i+1 is in the same document, else −1
+///   labels[i]    = ids[i+1] if i+1 is in the same document (and, with a
+///                  loss mask, mask[i+1] = 1: a fine-tuning target), else −1
 ///   kv_lo[i]     = s,  kv_hi[i] = i         (document-causal mask, inclusive)
 /// Indices i, s, kv_lo and kv_hi are in packed (whole micro-batch) order, also
 /// for a CP rank that holds only some tokens: under CP the keys are
@@ -49,11 +50,16 @@ struct HostMicroBatch {
 /// (N+1 prefix sums in tokens, from 0, strictly increasing) and token ids (T
 /// of them, or empty for a stage that needs neither ids nor labels). `local`:
 /// the packed indices this rank holds (sorted ascending; may be empty — a CP
-/// rank without tokens); nullptr = all T tokens.
+/// rank without tokens); nullptr = all T tokens. `loss_mask`: T values 0/1 in
+/// packed order (data/dataset.hpp's /loss_mask of the spans), 0 = token is
+/// not a target; nullptr = every next token is. The mask is applied before
+/// CP sharding picks the local tokens, so every layout sees the same labels.
 /// \throws std::invalid_argument if cu_seqlens is malformed, ids has neither 0
-///         nor T entries, an id is >= 2^31, or a local index is outside [0, T).
+///         nor T entries, an id is >= 2^31, a local index is outside [0, T),
+///         or loss_mask has other than T entries.
 HostMicroBatch build_host_micro_batch(const std::vector<std::int64_t>& cu_seqlens, const std::vector<token_t>& ids,
-                                      const std::vector<std::int64_t>* local = nullptr);
+                                      const std::vector<std::int64_t>* local = nullptr,
+                                      const std::vector<std::uint8_t>* loss_mask = nullptr);
 
 /// Copies a host slice into `mb`'s device Views (reallocated only when the
 /// slice is longer than their extent: a steady-state loop allocates nothing).

@@ -169,6 +169,9 @@ class Executor {
 
   /// Tokens this rank holds in the loaded micro-batches.
   std::int64_t local_tokens() const { return local_tokens_; }
+  /// Loss targets among this rank's loaded tokens (labels >= 0; with a loss
+  /// mask, the unmasked ones). Summed over DP×CP: the step's loss normaliser.
+  std::int64_t local_targets() const { return local_targets_; }
 
  private:
   struct Loaded;
@@ -204,6 +207,7 @@ class Executor {
   /// (grow-only, so the steady state allocates nothing).
   HostView1<float> pp_host_;
   std::int64_t local_tokens_ = 0;
+  std::int64_t local_targets_ = 0;
   GradHooks hooks_;
   int armed_ = -1;  // chunk whose last gradient action is running (its layer reports go to hooks_.ready)
 };
