@@ -26,6 +26,12 @@ class Wlb4d(CMakePackage, CudaPackage):
     """4D-parallel (dp, pp, cp, tp) training of Llama-style models with WLB-LLM
     document balancing, on MPI and Kokkos (CPU or CUDA + NCCL)."""
 
+    # The project has no public URL yet, so there is no `homepage` and no
+    # `maintainers` (Spack wants GitHub handles): the checkout is the home,
+    # its README.md the documentation. Add both when the repository is
+    # published; `spack info wlb4d` then links them.
+    license("BSD-3-Clause")  # ../../../LICENSE
+
     # No releases: `main` is the branch of the checkout that holds this
     # recipe. `spack develop --path . wlb4d@main` builds the working tree.
     git = "file://" + _CHECKOUT
