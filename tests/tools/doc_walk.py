@@ -19,7 +19,9 @@ summary says so:
                     wlb4d and sbatch lines against the trainer's validation)
   ```bash gpu       needs a GPU
   ```bash bench     a benchmark: minutes, and figures rather than a check
-  ```bash needs-X   needs the program X; run when X is on PATH
+  ```bash needs-X   needs the program X (e.g. needs-npm: fetches a package
+                    through npm); run when X is on PATH, otherwise counted
+                    as not run under 'bash needs-X' in the summary
 Any other kind fails the walk, so a typo cannot hide a block.
 
 Examples prepare their own data and write under runs/: after the walk,
@@ -67,6 +69,32 @@ def blocks(path):
     return out
 
 
+def checkout(repo, build, work):
+    """A fresh checkout-like WORK: the repository's top-level entries linked
+    in, `build` a link to BUILD, an empty `runs/`."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    for e in os.listdir(repo):
+        if e in (".git", "build", "runs") or e.startswith("build-"):
+            continue
+        os.symlink(os.path.join(repo, e), os.path.join(work, e))
+    os.symlink(build, os.path.join(work, "build"))
+    os.makedirs(os.path.join(work, "runs"))
+
+
+def run_command(cmd, work, mpiexec, env=None, timeout=900):
+    """Runs one documented command as the walk does: (rc, output); `mpiexec`
+    at the start of the line becomes MPIEXEC."""
+    run = re.sub(r"^mpiexec\b", mpiexec, cmd)
+    try:
+        r = subprocess.run(["bash", "-c", run], cwd=work, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout)
+        return r.returncode, r.stdout
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return f"timeout ({timeout} s)", out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("repo")
@@ -76,16 +104,7 @@ def main():
     ap.add_argument("--only", help="walk this file alone (a path relative to the repository)")
     a = ap.parse_args()
     repo, build, work = (os.path.abspath(p) for p in (a.repo, a.build, a.work))
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    linked = set()
-    for e in os.listdir(repo):
-        if e in (".git", "build", "runs") or e.startswith("build-"):
-            continue
-        os.symlink(os.path.join(repo, e), os.path.join(work, e))
-        linked.add(e)
-    os.symlink(build, os.path.join(work, "build"))
-    os.makedirs(os.path.join(work, "runs"))
+    checkout(repo, build, work)
     before = set(os.listdir(work))
 
     files = [os.path.join(repo, "README.md")] + sorted(glob.glob(os.path.join(repo, "docs", "*.md")))
@@ -108,15 +127,8 @@ def main():
                 not_run[kind] = not_run.get(kind, 0) + len(cmds)
                 continue
             for n, cmd in cmds:
-                run = re.sub(r"^mpiexec\b", a.mpiexec, cmd)
                 t0 = time.time()
-                try:
-                    r = subprocess.run(["bash", "-c", run], cwd=work, env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, errors="replace", timeout=900)
-                    rc, text = r.returncode, r.stdout
-                except subprocess.TimeoutExpired as e:
-                    rc, text = "timeout (900 s)", (e.stdout or b"").decode(errors="replace") if isinstance(
-                        e.stdout, bytes) else (e.stdout or "")
+                rc, text = run_command(cmd, work, a.mpiexec, env)
                 dt = time.time() - t0
                 ran += 1
                 print(f"$ {cmd}    [{rel}:{n}, {dt:.1f} s, rc {rc}]", flush=True)
