@@ -4,6 +4,7 @@
 documentation, and checks them against the run's CSV timing log.
 
 Usage: tensorboard_check.py TB_DIR CSV [--starts N] [--expect-tag TAG ...]
+                             [--sources TIMING_H5 --source-tag TAG ...]
 
 Written independently of lib/src/io/tensorboard.cpp, from:
   - TFRecord (https://www.tensorflow.org/tutorials/load_data/tfrecord,
@@ -38,7 +39,13 @@ Checked:
     time/checkpoint_write_ms = max ckpt_write * 1e3 when > 0;
   - --starts N: N event files; --expect-tag: the tag appears at some step;
     --guard: the loss-spike guard was on, so every step also has
-    guard/skipped_steps = the CSV's skipped_steps.
+    guard/skipped_steps = the CSV's skipped_steps;
+  - --sources TIMING_H5 with --source-tag T1 --source-tag T2 ... (a blended
+    data.train, tags in source order): every step also has
+    data/source/<Ti>/tokens = the HDF5 timing log's /sources tokens of
+    source i at that step, and data/source/<Ti>/drawn_share = its
+    drawn_tokens / the step's drawn_tokens summed over the sources (read
+    with h5py); no other data/source/ tag.
 If the `tensorboard` package is importable, its EventAccumulator also reads
 TB_DIR and must give the same scalars; otherwise that part is skipped (said
 so). Exit 0 when all hold, 1 with the failures, 77 without numpy.
@@ -168,6 +175,27 @@ def decode_event(buf):
     return ev
 
 
+def source_expected(h5_path, tags):
+    """{step (1-based): {tag: float32}} of a blend's per-source scalars, from /sources."""
+    import h5py
+    with h5py.File(h5_path, "r") as f:
+        rows = f["sources"][:]
+    out = {}
+    for step in sorted(set(int(x) for x in rows["step"])):
+        r = rows[rows["step"] == step]
+        r = r[np.argsort(r["source"])]
+        if [int(x) for x in r["source"]] != list(range(len(tags))):
+            raise SystemExit(f"tensorboard_check: {h5_path} /sources step {step}: sources {list(r['source'])}, "
+                             f"expected {len(tags)} (--source-tag)")
+        drawn = int(r["drawn_tokens"].sum())
+        e = {}
+        for i, t in enumerate(tags):
+            e[f"data/source/{t}/tokens"] = np.float32(float(r["tokens"][i]))
+            e[f"data/source/{t}/drawn_share"] = np.float32(float(r["drawn_tokens"][i]) / drawn if drawn else 0.0)
+        out[step + 1] = e
+    return out
+
+
 def expected(csv_path, guard=False):
     """{step (1-based): {tag: float32}} from the CSV timing log."""
     by_step = {}
@@ -220,6 +248,8 @@ def main():
     ap.add_argument("--starts", type=int)
     ap.add_argument("--expect-tag", action="append", default=[])
     ap.add_argument("--guard", action="store_true", help="train.skip_spike_z > 0: expect guard/skipped_steps")
+    ap.add_argument("--sources", help="the run's HDF5 timing log: expect a blend's data/source/ scalars")
+    ap.add_argument("--source-tag", action="append", default=[], help="the sources' tags, in source order")
     a = ap.parse_args()
     bad = []
     # The CRC itself, on RFC 3720's and the usual check value.
@@ -268,6 +298,15 @@ def main():
             prev = e["step"]
             merged[e["step"]] = dict(e["scalars"])
     want = expected(a.csv, a.guard)
+    if a.sources:
+        if not a.source_tag:
+            print("tensorboard_check: --sources needs --source-tag for every source")
+            return 1
+        for step, e in source_expected(a.sources, a.source_tag).items():
+            if step in want:
+                want[step].update(e)
+            else:
+                bad.append(f"step {step} in {a.sources} /sources but not in the CSV")
     if sorted(merged) != sorted(want):
         bad.append(f"steps {sorted(merged)} in the event files, {sorted(want)} in the CSV (+1)")
     for step in sorted(set(merged) & set(want)):

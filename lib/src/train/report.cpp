@@ -9,7 +9,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <stdexcept>
 #include <ctime>
 
 namespace wlb::train {
@@ -71,6 +73,34 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all) {
   // time-slicing inflates when ranks outnumber cores).
   f.cpu_imbalance = csum > 0 ? cmax / (csum / double(all.size())) : 1.0;
   return f;
+}
+
+std::string source_tag(int k, const std::string& name) {
+  std::string stem = name.substr(0, name.find(' '));  // a source of several paths: the first
+  if (const auto slash = stem.rfind('/'); slash != std::string::npos) stem = stem.substr(slash + 1);
+  if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".h5") == 0) stem.resize(stem.size() - 3);
+  std::string kept;
+  for (char c : stem)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') kept += c;
+  const auto b = kept.find_first_not_of("-_."), e = kept.find_last_not_of("-_.");
+  kept = b == std::string::npos ? std::string() : kept.substr(b, e - b + 1);
+  return std::to_string(k) + (kept.empty() ? "" : "_" + kept);
+}
+
+std::vector<io::ScalarValue> source_scalars(const StepResult& last, const std::vector<std::string>& names) {
+  std::vector<io::ScalarValue> v;
+  if (last.source_tokens.empty()) return v;
+  if (names.size() != last.source_tokens.size() || last.source_drawn.size() != last.source_tokens.size())
+    throw std::invalid_argument(fmt::format("source_scalars: {} source names for {} sources", names.size(),
+                                            last.source_tokens.size()));
+  std::int64_t drawn = 0;
+  for (auto d : last.source_drawn) drawn += d;
+  for (std::size_t s = 0; s < names.size(); ++s) {
+    const std::string tag = "data/source/" + source_tag(int(s) + 1, names[s]);
+    v.push_back({tag + "/tokens", double(last.source_tokens[s])});
+    v.push_back({tag + "/drawn_share", drawn > 0 ? double(last.source_drawn[s]) / double(drawn) : 0.0});
+  }
+  return v;
 }
 
 std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigures& f) {

@@ -813,6 +813,7 @@ struct Trainer::Impl {
     try {
       auto v = step_scalars(last, step_figures(all));
       if (spike) v.push_back({"guard/skipped_steps", double(last.skipped_steps)});
+      for (auto& x : source_scalars(last, train_src.names)) v.push_back(std::move(x));  // a blend's sources
       tb->add_scalars(last.step + 1, v);
     } catch (const std::exception& e) {
       spdlog::warn("{}; no more TensorBoard scalars this run (training goes on)", e.what());

@@ -108,3 +108,30 @@ TEST(StepLine, Timestamp) {
 }
 
 }  // namespace
+
+// A blend's sources as TensorBoard tag components and their scalars
+// (log.tensorboard_dir with a blended data.train).
+TEST(SourceScalars, TagsFromTheDeckNames) {
+  EXPECT_EQ(train::source_tag(1, "runs/web/web-*.h5"), "1_web");
+  EXPECT_EQ(train::source_tag(2, "code.h5"), "2_code");
+  EXPECT_EQ(train::source_tag(3, "a/b/c-[0-9]?.h5 d.h5"), "3_c-0-9");  // the first path; glob characters dropped
+  EXPECT_EQ(train::source_tag(4, "*.h5"), "4");
+  EXPECT_EQ(train::source_tag(5, "dir/tiny train (1).h5"), "5_tiny");  // a space ends the first path
+}
+
+TEST(SourceScalars, TokensAndDrawnShare) {
+  train::StepResult last;
+  EXPECT_TRUE(train::source_scalars(last, {}).empty());  // one file: no per-source scalars
+  last.source_tokens = {700, 324};
+  last.source_drawn = {7000, 3000};
+  const auto v = train::source_scalars(last, {"web-*.h5", "code.h5"});
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[0].tag, "data/source/1_web/tokens");
+  EXPECT_EQ(v[0].value, 700.0);
+  EXPECT_EQ(v[1].tag, "data/source/1_web/drawn_share");
+  EXPECT_DOUBLE_EQ(v[1].value, 0.7);
+  EXPECT_EQ(v[2].tag, "data/source/2_code/tokens");
+  EXPECT_EQ(v[3].tag, "data/source/2_code/drawn_share");
+  EXPECT_DOUBLE_EQ(v[3].value, 0.3);
+  EXPECT_THROW(train::source_scalars(last, {"web-*.h5"}), std::invalid_argument);
+}

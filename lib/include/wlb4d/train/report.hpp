@@ -116,10 +116,29 @@ StepFigures step_figures(const std::vector<io::TimingRecord>& all);
 ///   staging), time/checkpoint_write_ms (checkpoint.async: the background
 ///   write, on the step it finished), time/sample_ms on steps that did it.
 ///   The trainer adds guard/skipped_steps (the timing log's skipped_steps)
-///   when the loss-spike guard is on.
+///   when the loss-spike guard is on, and source_scalars' for a blended
+///   data.train.
 /// Cross-rank values are StepFigures' (max over ranks); the plan's
 /// imbalance figures are the same on every rank (`last.record`'s).
 std::vector<io::ScalarValue> step_scalars(const StepResult& last, const StepFigures& f);
+
+/// A blend's source as a TensorBoard tag component: "<k>_<stem>", k the
+/// 1-based source number, stem the basename of the source's first path
+/// without ".h5", glob characters (*?[]) and characters other than
+/// [A-Za-z0-9._-] dropped, then '-', '_' and '.' trimmed from both ends
+/// ("runs/web/web-*.h5" -> "1_web"; an empty stem leaves "1").
+std::string source_tag(int k, const std::string& name);
+
+/// Per-source scalars of a blended data.train (`last.source_tokens` not
+/// empty; none otherwise), for source s with tag source_tag(s + 1, names[s]):
+///   data/source/<tag>/tokens       the step's tokens from the source (the
+///                                  step line's "src a/b"; tokens)
+///   data/source/<tag>/drawn_share  its share of all tokens drawn so far, a
+///                                  fraction in [0, 1] (the step line's
+///                                  "drawn x/y%" / 100)
+/// names: the sources as data.train lists them (ResolvedSources::names);
+/// \throws std::invalid_argument when names has not one entry per source.
+std::vector<io::ScalarValue> source_scalars(const StepResult& last, const std::vector<std::string>& names);
 
 /// The step line of `last` (see the file comment); `all` is every rank's
 /// timing record of the step (io::TimingLog::append), `w` the throughput
