@@ -12,6 +12,8 @@ then checks what they wrote:
   - over the run, the sources' shares of the trained tokens (the timing
     log's /sources table, summed over the steps) are 0.7 / 0.3 within 0.05,
     and the shares drawn by the last step are within one document of them;
+  - TensorBoard's last step has data/source/1_sotu/{tokens,drawn_share} and
+    2_qa's, equal to the timing log's (tensorboard_check.py's decoder);
   - every printed loss is finite, and the last is below the first by more
     than 1 (from ln 50257 = 10.8);
   - the ids of every document of both datasets (read with h5py; EOS =
@@ -145,6 +147,21 @@ def main():
     if abs(drawn[0] - 0.7 * sum(drawn)) > longest:
         fail(f"drawn tokens {drawn}: source 1 is more than one document ({longest} tokens) off 0.7")
     print(f"gpt2_blend_walk: trained tokens per source {trained} (share {share:.3f}), drawn {drawn}")
+
+    # TensorBoard: the per-source scalars of the last step (tensorboard_check.py's own decoder).
+    import tensorboard_check
+    events = [tensorboard_check.decode_event(r) for f in sorted(glob.glob(os.path.join(runs, "tb", "*tfevents*")))
+              for r in tensorboard_check.records(f)]
+    scalars = [e for e in events if "scalars" in e]
+    if not scalars:
+        fail("no TensorBoard scalars in runs/gpt2/tb")
+    got = dict(scalars[-1]["scalars"])
+    for i, tag in enumerate(("1_sotu", "2_qa")):
+        want = {"tokens": float(last["tokens"][last["source"] == i][0]), "drawn_share": drawn[i] / sum(drawn)}
+        for k, v in want.items():
+            t = f"data/source/{tag}/{k}"
+            if t not in got or abs(got[t] - v) > 1e-6 * max(1.0, abs(v)):
+                fail(f"TensorBoard's last step: {t} = {got.get(t)}, the timing log gives {v}")
 
     # 3. The datasets' ids against Hugging Face's tokenizers and gpt-3-encoder.
     texts = {"sotu": [json.loads(l)["text"] for l in open(os.path.join(repo, "tests", "data", "tiny.jsonl"))],
