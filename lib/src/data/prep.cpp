@@ -21,8 +21,10 @@
 #include <future>
 #include <thread>
 #include <time.h>
+#include <unistd.h>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 
 namespace wlb::data {
 
@@ -219,18 +221,219 @@ class ParallelEncoder {
   mutable double cpu_s_ = 0;
 };
 
-/// Documents per parallel batch: enough to keep the threads busy, few
-/// enough that two batches' ids (one written, one encoded) stay small next
-/// to the corpus.
+/// A parallel batch: at most this many documents, and it ends at the
+/// document that brings its text to kBatchBytes or more — enough to keep
+/// the threads busy, few enough that two batches' ids (one written, one
+/// encoded) stay small next to the corpus, and several per split for MPI
+/// ranks to share.
 constexpr std::size_t kEncodeBatch = 4096;
+constexpr std::size_t kBatchBytes = std::size_t(2) << 20;
+
+/// The batches of a split: batch k is documents [starts[k], starts[k + 1]).
+std::vector<std::size_t> batch_starts(const std::vector<const std::string*>& docs) {
+  std::vector<std::size_t> b{0};
+  std::size_t bytes = 0, count = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    bytes += docs[i]->size();
+    if ((++count >= kEncodeBatch || bytes >= kBatchBytes) && i + 1 < docs.size()) {
+      b.push_back(i + 1);
+      bytes = count = 0;
+    }
+  }
+  b.push_back(docs.size());
+  return b;
+}
+
+// ---- MPI ranks: collective failure and the batches' messages --------------
+
+/// An error as (kind, text): 2 ConfigError, 1 DataError, 3 anything else.
+int error_kind(const std::exception_ptr& e, std::string& msg) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const ConfigError& x) {
+    msg = x.what();
+    return 2;
+  } catch (const DataError& x) {
+    msg = x.what();
+    return 1;
+  } catch (const std::exception& x) {
+    msg = x.what();
+    return 3;
+  } catch (...) {
+    msg = "an unknown exception";
+    return 3;
+  }
+}
+
+[[noreturn]] void throw_kind(int kind, const std::string& msg) {
+  if (kind == 2) throw ConfigError(msg);
+  if (kind == 1) throw DataError(msg);
+  throw std::runtime_error(msg);
+}
+
+std::exception_ptr make_kind(int kind, const std::string& msg) {
+  try {
+    throw_kind(kind, msg);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+/// Collective: when any rank of c passes an error, every rank throws the
+/// lowest failing rank's (same type, same text). Serial (c null): rethrows e.
+void agree(const comm::Communicator* c, const std::exception_ptr& e) {
+  if (!c) {
+    if (e) std::rethrow_exception(e);
+    return;
+  }
+  std::int32_t first = e ? c->rank() : c->size();
+  c->allreduce(&first, 1, comm::ReduceOp::Min);
+  if (first == c->size()) return;
+  std::string msg;
+  std::int32_t kind = 0;
+  if (c->rank() == first) kind = error_kind(e, msg);
+  std::int64_t len = static_cast<std::int64_t>(msg.size());
+  c->broadcast(&kind, 1, first);
+  c->broadcast(&len, 1, first);
+  msg.resize(static_cast<std::size_t>(len));
+  if (len > 0) c->broadcast(msg.data(), msg.size(), first);
+  throw_kind(kind, msg);
+}
+
+/// Runs f on every rank, then agree(): a failure anywhere fails all ranks alike.
+template <class F>
+void collectively(const comm::Communicator* c, F f) {
+  std::exception_ptr e;
+  try {
+    f();
+  } catch (...) {
+    e = std::current_exception();
+  }
+  agree(c, e);
+}
+
+struct Batch {
+  std::vector<std::vector<token_t>> ids;
+  std::vector<std::vector<std::uint8_t>> masks;  // --sft: ids[i].size() + 1 (EOS) each
+};
+
+// Every batch k of a split owned by rank r > 0 is one message sequence from
+// r to rank 0, even after a failure (then an error), so that rank 0, which
+// receives every batch in order, never waits for a message that never comes.
+constexpr int kTagHeader = 7101, kTagLengths = 7102, kTagTokens = 7103, kTagMask = 7104, kTagText = 7105;
+
+void send_batch(const comm::Communicator& c, const Batch& b, bool sft) {
+  std::vector<std::int64_t> len;
+  std::vector<token_t> flat;
+  std::vector<std::uint8_t> mflat;
+  for (std::size_t i = 0; i < b.ids.size(); ++i) {
+    len.push_back(static_cast<std::int64_t>(b.ids[i].size()));
+    flat.insert(flat.end(), b.ids[i].begin(), b.ids[i].end());
+    if (sft) mflat.insert(mflat.end(), b.masks[i].begin(), b.masks[i].end());
+  }
+  std::int64_t h[4] = {0, static_cast<std::int64_t>(len.size()), static_cast<std::int64_t>(flat.size()),
+                       static_cast<std::int64_t>(mflat.size())};
+  c.send(h, 4, 0, kTagHeader);
+  if (!len.empty()) c.send(len.data(), len.size(), 0, kTagLengths);
+  if (!flat.empty()) c.send(flat.data(), flat.size(), 0, kTagTokens);
+  if (!mflat.empty()) c.send(mflat.data(), mflat.size(), 0, kTagMask);
+}
+
+void send_error(const comm::Communicator& c, const std::exception_ptr& e) {
+  std::string msg;
+  const int kind = error_kind(e, msg);
+  std::int64_t h[4] = {1, kind, static_cast<std::int64_t>(msg.size()), 0};
+  c.send(h, 4, 0, kTagHeader);
+  if (!msg.empty()) c.send(msg.data(), msg.size(), 0, kTagText);
+}
+
+/// Rank 0: batch from `src` into b, or its error into `failed` (if none yet).
+void recv_batch(const comm::Communicator& c, int src, Batch& b, std::exception_ptr& failed) {
+  std::int64_t h[4] = {0, 0, 0, 0};
+  c.recv(h, 4, src, kTagHeader);
+  if (h[0] != 0) {
+    std::string msg(static_cast<std::size_t>(h[2]), '\0');
+    if (!msg.empty()) c.recv(msg.data(), msg.size(), src, kTagText);
+    if (!failed) failed = make_kind(int(h[1]), msg);
+    return;
+  }
+  std::vector<std::int64_t> len(static_cast<std::size_t>(h[1]));
+  std::vector<token_t> flat(static_cast<std::size_t>(h[2]));
+  std::vector<std::uint8_t> mflat(static_cast<std::size_t>(h[3]));
+  if (!len.empty()) c.recv(len.data(), len.size(), src, kTagLengths);
+  if (!flat.empty()) c.recv(flat.data(), flat.size(), src, kTagTokens);
+  if (!mflat.empty()) c.recv(mflat.data(), mflat.size(), src, kTagMask);
+  b.ids.assign(len.size(), {});
+  b.masks.assign(mflat.empty() ? 0 : len.size(), {});
+  std::size_t at = 0, mat = 0;
+  for (std::size_t i = 0; i < len.size(); ++i) {
+    const auto n = static_cast<std::size_t>(len[i]);
+    b.ids[i].assign(flat.begin() + std::ptrdiff_t(at), flat.begin() + std::ptrdiff_t(at + n));
+    at += n;
+    if (!mflat.empty()) {
+      b.masks[i].assign(mflat.begin() + std::ptrdiff_t(mat), mflat.begin() + std::ptrdiff_t(mat + n + 1));
+      mat += n + 1;
+    }
+  }
+}
 
 /// Writes one split: documents docs (or, for fine-tuning, the records segs
 /// with their loss mask), as one file or as shards of about shard_tokens.
+/// With ranks (c not null), batch k is encoded by rank k mod size and
+/// written by rank 0 (the others return an empty summary). Rank 0 throws the
+/// first error of any rank's batch or of its writing after every batch's
+/// message has arrived.
 SplitSummary write_split(const std::string& path, const std::vector<const std::string*>& docs,
                          const std::vector<const SegmentedDoc*>* segs, const ParallelEncoder& enc,
                          const Tokenizer& tok, const std::string& source, std::int64_t shard_tokens,
-                         TmpOutputs& tmp) {
+                         TmpOutputs& tmp, const comm::Communicator* c) {
+  const int rank = c ? c->rank() : 0, size = c ? c->size() : 1;
+  const std::vector<std::size_t> starts = batch_starts(docs);
+  const std::size_t nb = starts.size() - 1;
+  auto next_own = [&](std::size_t from) {
+    while (from < nb && int(from % std::size_t(size)) != rank) ++from;
+    return from;
+  };
+  auto encode = [&enc, &docs, segs, &starts](std::size_t k, Batch& b) {
+    if (segs)
+      enc.encode(*segs, starts[k], starts[k + 1], b.ids, b.masks);
+    else
+      enc.encode(docs, starts[k], starts[k + 1], b.ids);
+  };
   SplitSummary s;
+  if (rank != 0) {
+    // Encode this rank's batches; send each to rank 0 while the next is encoded.
+    std::exception_ptr failed;
+    Batch cur, next;
+    std::size_t k = next_own(0);
+    if (k < nb) {
+      try {
+        encode(k, cur);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    while (k < nb) {
+      const std::size_t kn = next_own(k + 1);
+      std::future<void> ahead;
+      if (kn < nb && !failed) ahead = std::async(std::launch::async, [&encode, &next, kn] { encode(kn, next); });
+      if (failed)
+        send_error(*c, failed);
+      else
+        send_batch(*c, cur, segs != nullptr);
+      if (ahead.valid()) {
+        try {
+          ahead.get();
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      }
+      std::swap(cur, next);
+      k = kn;
+    }
+    return s;
+  }
+
   std::unique_ptr<TokenDatasetWriter> w;
   std::int64_t docs_done = 0, tokens_done = 0, targets_done = 0;
   auto close = [&] {
@@ -249,40 +452,53 @@ SplitSummary write_split(const std::string& path, const std::vector<const std::s
     w = std::make_unique<TokenDatasetWriter>(tmp.add(p), tok.name(), tok.vocab_size(), tok.eos_id(), source,
                                              tok.model(), wo);
   };
-  const std::size_t n = segs ? segs->size() : docs.size();
-  auto encode = [&enc, &docs, segs](std::size_t b, std::size_t e, std::vector<std::vector<token_t>>& ids,
-                                    std::vector<std::vector<std::uint8_t>>& masks) {
-    if (segs)
-      enc.encode(*segs, b, e, ids, masks);
-    else
-      enc.encode(docs, b, e, ids);
-  };
   std::vector<std::int64_t> lengths;
-  lengths.reserve(n);
-  // Batch k+1 is encoded (on the encoder's threads) while batch k is written.
-  std::vector<std::vector<token_t>> ids, next_ids;
-  std::vector<std::vector<std::uint8_t>> masks, next_masks;
-  open();
-  encode(0, std::min(n, kEncodeBatch), ids, masks);
-  for (std::size_t b = 0; b < n; b += kEncodeBatch) {
-    const std::size_t nb = b + kEncodeBatch, ne = std::min(n, nb + kEncodeBatch);
-    std::future<void> ahead;
-    if (nb < n)
-      ahead = std::async(std::launch::async,
-                         [&encode, &next_ids, &next_masks, nb, ne] { encode(nb, ne, next_ids, next_masks); });
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (!w) open();
-      lengths.push_back(static_cast<std::int64_t>(ids[i].size()) + 1);
-      if (segs)
-        w->append(ids[i], masks[i]);
-      else
-        w->append(ids[i]);
-      if (shard_tokens > 0 && w->num_tokens() >= shard_tokens) close();
-    }
-    if (ahead.valid()) ahead.get();  // rethrows an encoding error
-    ids.swap(next_ids);
-    masks.swap(next_masks);
+  lengths.reserve(docs.size());
+  // Rank 0's own batches are encoded (on the encoder's threads) while the
+  // batch before is written; the other ranks' arrive in order.
+  std::exception_ptr failed;
+  Batch own, cur;
+  std::future<void> ahead;
+  auto launch = [&](std::size_t from) {
+    const std::size_t k = next_own(from);
+    if (k < nb) ahead = std::async(std::launch::async, [&encode, &own, k] { encode(k, own); });
+  };
+  try {
+    open();
+  } catch (...) {
+    failed = std::current_exception();
   }
+  if (!failed) launch(0);
+  for (std::size_t k = 0; k < nb; ++k) {
+    if (int(k % std::size_t(size)) == 0) {
+      if (!ahead.valid()) continue;  // after a failure: nothing encoded, nothing to receive
+      try {
+        ahead.get();  // rethrows an encoding error
+      } catch (...) {
+        if (!failed) failed = std::current_exception();
+      }
+      cur = std::move(own);
+      own = Batch{};
+      if (!failed) launch(k + 1);
+    } else {
+      recv_batch(*c, int(k % std::size_t(size)), cur, failed);
+    }
+    if (failed) continue;
+    try {
+      for (std::size_t i = 0; i < cur.ids.size(); ++i) {
+        if (!w) open();
+        lengths.push_back(static_cast<std::int64_t>(cur.ids[i].size()) + 1);
+        if (segs)
+          w->append(cur.ids[i], cur.masks[i]);
+        else
+          w->append(cur.ids[i]);
+        if (shard_tokens > 0 && w->num_tokens() >= shard_tokens) close();
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
   close();
   std::sort(lengths.begin(), lengths.end());
   s.path = shard_tokens > 0 ? shard_path(path, 0).substr(0, shard_path(path, 0).size() - 8) + "*.h5" : path;
@@ -294,6 +510,17 @@ SplitSummary write_split(const std::string& path, const std::vector<const std::s
   s.p99 = percentile(lengths, 99);
   s.max = lengths.empty() ? 0 : lengths.back();
   return s;
+}
+
+/// Ranks of c on this host (by host name), for --threads 0.
+int ranks_on_this_host(const comm::Communicator& c) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char* p = host; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(c.size()));
+  c.allgather(&h, all.data(), 1);
+  return static_cast<int>(std::count(all.begin(), all.end(), h));
 }
 
 /// Shards OUT-NNNNN.h5 beyond the `written` ones of this run (an earlier,
@@ -441,88 +668,108 @@ std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
   return sorted[rank - 1];
 }
 
-PrepSummary run_prep(const PrepOptions& o) {
-  validate(o);
-  for (const std::string* out : {&o.output, &o.val_output}) {  // create missing parent directories
-    auto parent = std::filesystem::path(*out).parent_path();
-    std::error_code ec;
-    if (!out->empty() && !parent.empty()) std::filesystem::create_directories(parent, ec);
-    if (ec) throw DataError(*out + ": cannot create its directory (" + ec.message() + ")");
-  }
+namespace {
+
+PrepSummary run_prep_on(const PrepOptions& o, const comm::Communicator* c) {
+  const int rank = c ? c->rank() : 0, size = c ? c->size() : 1;
   const auto t0 = std::chrono::steady_clock::now();
   PrepSummary s;
+  s.ranks = size;
   std::vector<std::string> docs;
   std::vector<SegmentedDoc> segs;  // --sft: every document's segments (docs[i] is their text)
-  if (o.sft) {
-    segs = read_sft_corpus(o.inputs, &s.corpus, o.max_docs, o.json_keys.empty() ? "prompt" : o.json_keys[0],
-                           o.json_keys.empty() ? "response" : o.json_keys[1]);
-    docs.reserve(segs.size());
-    for (const auto& d : segs) {
-      std::string text;
-      for (const auto& g : d) text += g.text;
-      docs.push_back(std::move(text));
-    }
-    s.json_keys = "";
-  } else {
-    CorpusOptions co;
-    if (!o.json_keys.empty()) co.json_keys = o.json_keys;
-    co.txt_split = parse_txt_split(o.txt_split);
-    docs = read_corpus(o.inputs, &s.corpus, o.max_docs, co);
-    s.json_keys.clear();
-    for (const auto& k : co.json_keys) s.json_keys += (s.json_keys.empty() ? "\"" : "/\"") + k + "\"";
-  }
-  s.read_s = seconds_since(t0);
-  if (docs.empty() && o.sft) throw DataError("no fine-tuning records in the input (every line was blank)");
-  if (docs.empty())
-    throw DataError("no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
-                    " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without " + s.json_keys + ")");
-
-  // Split by document: the first n_val entries of a seeded permutation.
-  const auto n = static_cast<std::int64_t>(docs.size());
-  std::int64_t n_val = 0;
-  if (o.val_fraction > 0.0) {
-    n_val = std::llround(o.val_fraction * static_cast<double>(n));
-    n_val = std::clamp<std::int64_t>(n_val, 1, n - 1);
-    if (n < 2) throw DataError("a validation split needs at least 2 documents (have 1)");
-  }
-  std::vector<char> is_val(static_cast<std::size_t>(n), 0);
-  if (n_val > 0) {
-    auto perm = seeded_permutation(n, o.seed);
-    for (std::int64_t i = 0; i < n_val; ++i) is_val[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = 1;
-  }
+  std::int64_t n = 0, n_val = 0;
   std::vector<const std::string*> train, val;
   std::vector<const SegmentedDoc*> train_segs, val_segs;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    (is_val[k] ? val : train).push_back(&docs[k]);
-    if (o.sft) (is_val[k] ? val_segs : train_segs).push_back(&segs[k]);
-  }
-
-  const auto t1 = std::chrono::steady_clock::now();
   std::unique_ptr<Tokenizer> tok;
-  if (o.tokenizer == "bytes") {
-    tok = std::make_unique<ByteTokenizer>();
-  } else if (is_hf_tokenizer(o.tokenizer)) {
-    ByteLevelBpeOptions bo;
-    bo.eos_token = o.eos_token;
-    auto bpe = ByteLevelBpeTokenizer::load(o.tokenizer, bo);
-    s.eos_token = bpe->token(bpe->eos_id());
-    tok = std::move(bpe);
-  } else if (!o.spm_model.empty()) {
-    tok = SentencePieceTokenizer::load(o.spm_model);
-  } else {
-    SpmTrainOptions so;
-    so.vocab_size = o.vocab_size;
-    if (n_val == 0) {
-      tok = SentencePieceTokenizer::train(docs, so);
+  const bool spm_train = o.tokenizer == "sentencepiece" && o.spm_model.empty();
+  std::chrono::steady_clock::time_point t1;
+  // Options, corpus, split and tokenizer: every rank does the same (only
+  // rank 0 trains sentencepiece and creates the output directories).
+  collectively(c, [&] {
+    validate(o);
+    if (rank == 0)
+      for (const std::string* out : {&o.output, &o.val_output}) {  // create missing parent directories
+        auto parent = std::filesystem::path(*out).parent_path();
+        std::error_code ec;
+        if (!out->empty() && !parent.empty()) std::filesystem::create_directories(parent, ec);
+        if (ec) throw DataError(*out + ": cannot create its directory (" + ec.message() + ")");
+      }
+    if (o.sft) {
+      segs = read_sft_corpus(o.inputs, &s.corpus, o.max_docs, o.json_keys.empty() ? "prompt" : o.json_keys[0],
+                             o.json_keys.empty() ? "response" : o.json_keys[1]);
+      docs.reserve(segs.size());
+      for (const auto& d : segs) {
+        std::string text;
+        for (const auto& g : d) text += g.text;
+        docs.push_back(std::move(text));
+      }
+      s.json_keys = "";
     } else {
-      std::vector<std::string> tr;
-      tr.reserve(train.size());
-      for (const auto* d : train) tr.push_back(*d);
-      tok = SentencePieceTokenizer::train(tr, so);
+      CorpusOptions co;
+      if (!o.json_keys.empty()) co.json_keys = o.json_keys;
+      co.txt_split = parse_txt_split(o.txt_split);
+      docs = read_corpus(o.inputs, &s.corpus, o.max_docs, co);
+      s.json_keys.clear();
+      for (const auto& k : co.json_keys) s.json_keys += (s.json_keys.empty() ? "\"" : "/\"") + k + "\"";
     }
+    s.read_s = seconds_since(t0);
+    if (docs.empty() && o.sft) throw DataError("no fine-tuning records in the input (every line was blank)");
+    if (docs.empty())
+      throw DataError("no documents in the input (" + std::to_string(s.corpus.empty_skipped) +
+                      " empty skipped, " + std::to_string(s.corpus.no_text_skipped) + " without " + s.json_keys + ")");
+
+    // Split by document: the first n_val entries of a seeded permutation.
+    n = static_cast<std::int64_t>(docs.size());
+    if (o.val_fraction > 0.0) {
+      n_val = std::llround(o.val_fraction * static_cast<double>(n));
+      n_val = std::clamp<std::int64_t>(n_val, 1, n - 1);
+      if (n < 2) throw DataError("a validation split needs at least 2 documents (have 1)");
+    }
+    std::vector<char> is_val(static_cast<std::size_t>(n), 0);
+    if (n_val > 0) {
+      auto perm = seeded_permutation(n, o.seed);
+      for (std::int64_t i = 0; i < n_val; ++i) is_val[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)])] = 1;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      (is_val[k] ? val : train).push_back(&docs[k]);
+      if (o.sft) (is_val[k] ? val_segs : train_segs).push_back(&segs[k]);
+    }
+
+    t1 = std::chrono::steady_clock::now();
+    if (o.tokenizer == "bytes") {
+      tok = std::make_unique<ByteTokenizer>();
+    } else if (is_hf_tokenizer(o.tokenizer)) {
+      ByteLevelBpeOptions bo;
+      bo.eos_token = o.eos_token;
+      auto bpe = ByteLevelBpeTokenizer::load(o.tokenizer, bo);
+      s.eos_token = bpe->token(bpe->eos_id());
+      tok = std::move(bpe);
+    } else if (!o.spm_model.empty()) {
+      tok = SentencePieceTokenizer::load(o.spm_model);
+    } else if (rank == 0) {
+      SpmTrainOptions so;
+      so.vocab_size = o.vocab_size;
+      if (n_val == 0) {
+        tok = SentencePieceTokenizer::train(docs, so);
+      } else {
+        std::vector<std::string> tr;
+        tr.reserve(train.size());
+        for (const auto* d : train) tr.push_back(*d);
+        tok = SentencePieceTokenizer::train(tr, so);
+      }
+    }
+  });
+  if (spm_train && size > 1) {  // rank 0's trained model, to every rank
+    std::string model = rank == 0 ? tok->model() : std::string();
+    std::int64_t len = static_cast<std::int64_t>(model.size());
+    c->broadcast(&len, 1, 0);
+    model.resize(static_cast<std::size_t>(len));
+    c->broadcast(model.data(), model.size(), 0);
+    collectively(c, [&] {
+      if (rank != 0) tok = make_tokenizer("sentencepiece", model, "wlb4d-prep (rank 0's trained model)");
+    });
   }
-  s.tokenizer_s = seconds_since(t1);
   s.sft = o.sft;
   s.tokenizer = tok->name();
   s.vocab_size = tok->vocab_size();
@@ -535,29 +782,45 @@ PrepSummary run_prep(const PrepOptions& o) {
   // Both outputs are written as OUT.tmp and renamed only when both are
   // complete: a failure leaves existing outputs untouched and no partial file.
   TmpOutputs tmp;
-  const int threads = o.threads > 0 ? o.threads : std::max(1, int(std::thread::hardware_concurrency()));
-  const ParallelEncoder enc(*tok, threads);  // the copies' load counts as tokenizer time
-  s.threads = enc.threads();
+  const int hw = std::max(1, int(std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : c ? std::max(1, hw / ranks_on_this_host(*c)) : hw;
+  std::unique_ptr<ParallelEncoder> enc;
+  collectively(c, [&] { enc = std::make_unique<ParallelEncoder>(*tok, threads); });  // the copies' load counts as tokenizer time
+  s.threads = enc->threads();
   s.tokenizer_s = seconds_since(t1);
   const auto t2 = std::chrono::steady_clock::now();
-  s.train = write_split(o.output, train, o.sft ? &train_segs : nullptr, enc, *tok, src, o.shard_tokens, tmp);
+  collectively(c, [&] {
+    s.train = write_split(o.output, train, o.sft ? &train_segs : nullptr, *enc, *tok, src, o.shard_tokens, tmp, c);
+  });
   if (n_val > 0) {
     s.has_val = true;
-    s.val = write_split(o.val_output, val, o.sft ? &val_segs : nullptr, enc, *tok,
-                        fmt::format("{} (validation split: {} of {} documents, val_fraction {}, seed {})", inputs,
-                                    val.size(), n, o.val_fraction, o.seed),
-                        o.shard_tokens, tmp);
+    collectively(c, [&] {
+      s.val = write_split(o.val_output, val, o.sft ? &val_segs : nullptr, *enc, *tok,
+                          fmt::format("{} (validation split: {} of {} documents, val_fraction {}, seed {})", inputs,
+                                      val.size(), n, o.val_fraction, o.seed),
+                          o.shard_tokens, tmp, c);
+    });
   }
-  s.encode_cpu_s = enc.cpu_seconds();
-  tmp.commit();
-  if (o.shard_tokens > 0) {
-    remove_stale_shards(o.output, s.train.shards.size());
-    if (s.has_val) remove_stale_shards(o.val_output, s.val.shards.size());
-  }
+  s.encode_cpu_s = enc->cpu_seconds();
+  if (c) c->allreduce(&s.encode_cpu_s, 1, comm::ReduceOp::Sum);
+  collectively(c, [&] {
+    if (rank != 0) return;
+    tmp.commit();
+    if (o.shard_tokens > 0) {
+      remove_stale_shards(o.output, s.train.shards.size());
+      if (s.has_val) remove_stale_shards(o.val_output, s.val.shards.size());
+    }
+  });
   s.write_s = seconds_since(t2);
   s.total_s = seconds_since(t0);
   return s;
 }
+
+}  // namespace
+
+PrepSummary run_prep(const PrepOptions& o) { return run_prep_on(o, nullptr); }
+
+PrepSummary run_prep(const PrepOptions& o, const comm::Communicator& comm) { return run_prep_on(o, &comm); }
 
 std::string format_summary(const PrepSummary& s) {
   std::string out;
@@ -587,10 +850,11 @@ std::string format_summary(const PrepSummary& s) {
   line("train", s.train);
   if (s.has_val) line("val", s.val);
   out += fmt::format(
-      "wlb4d-prep: time {:.2f} s (read {:.2f} s, tokenizer {:.2f} s, encode+write {:.2f} s: {:.1f} MB/s on {} "
+      "wlb4d-prep: time {:.2f} s (read {:.2f} s, tokenizer {:.2f} s, encode+write {:.2f} s: {:.1f} MB/s on {}{} "
       "thread{}; encoding {:.1f} MB per CPU-second)\n",
       s.total_s, s.read_s, s.tokenizer_s, s.write_s, s.write_s > 0 ? double(c.bytes) / s.write_s * 1e-6 : 0.0,
-      s.threads, s.threads == 1 ? "" : "s", s.encode_cpu_s > 0 ? double(c.bytes) / s.encode_cpu_s * 1e-6 : 0.0);
+      s.ranks > 1 ? fmt::format("{} ranks x ", s.ranks) : std::string(), s.threads, s.threads == 1 ? "" : "s",
+      s.encode_cpu_s > 0 ? double(c.bytes) / s.encode_cpu_s * 1e-6 : 0.0);
   return out;
 }
 

@@ -19,7 +19,22 @@
 /// tokens or more (documents are never cut); read them back as one stream
 /// with data.train = OUT-*.h5. Shards OUT-NNNNN.h5 left by an earlier run
 /// beyond the last one written are removed.
+///
+/// MPI ranks (`mpiexec -n N wlb4d-prep ...`, run_prep with a communicator):
+/// every rank reads the corpus and makes the same split; the tokenizer is
+/// built on every rank (sentencepiece is trained on rank 0 only and its
+/// model broadcast). Each split is cut into batches (at most 4,096
+/// documents and about 2 MiB of text, in corpus order); batch k is encoded
+/// by rank k mod N (on its --threads threads) and sent to rank 0, which
+/// writes every batch in order (and encodes its own while it writes). So
+/// the datasets are those of one rank, byte for byte apart from the
+/// writer's version field: the same batches, the same documents, shards,
+/// masks and attributes. Failures are collective: the first failing
+/// rank's error (by rank) is broadcast and thrown on every rank, with the
+/// same type and text (wlb4d-prep prints it once, from rank 0); no rank is
+/// left waiting.
 
+#include "wlb4d/comm/communicator.hpp"
 #include "wlb4d/data/corpus.hpp"
 
 #include <cstdint>
@@ -79,14 +94,24 @@ struct PrepSummary {
   bool has_val = false;
   SplitSummary val;
   double read_s = 0, tokenizer_s = 0, write_s = 0, total_s = 0;  ///< wall seconds
-  int threads = 1;  ///< encoding threads used
-  double encode_cpu_s = 0;  ///< CPU seconds of the encoding threads, all together (per-core rate = bytes / it)
+  int threads = 1;  ///< encoding threads used (per rank)
+  int ranks = 1;    ///< MPI ranks that encoded
+  double encode_cpu_s = 0;  ///< CPU seconds of the encoding threads of all ranks (per-core rate = bytes / it)
 };
 
-/// Runs the whole preparation.
+/// Runs the whole preparation in this process (no MPI call).
 /// \throws core::ConfigError for invalid options, core::DataError for input,
 ///         tokenizer or output failures (and when no document is left).
 PrepSummary run_prep(const PrepOptions& opts);
+/// Runs it on the ranks of `comm` (collective: every rank calls it with the
+/// same options); rank 0 writes the outputs. opts.threads = 0 means the
+/// hardware threads divided by the ranks on this host. Every rank returns
+/// the same summary fields that rank 0 reports (the corpus, the splits, the
+/// times of rank 0; encode_cpu_s summed over the ranks).
+/// \throws on every rank, the same exception (ConfigError, DataError, or
+///         std::runtime_error for anything else) with the first failing
+///         rank's text.
+PrepSummary run_prep(const PrepOptions& opts, const comm::Communicator& comm);
 
 /// Nearest-rank percentile (p in (0, 100]) of sorted values; 0 when empty.
 std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p);
