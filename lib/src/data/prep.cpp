@@ -574,7 +574,9 @@ std::string prep_help() {
      << "  response) are loss targets. A record without a non-blank response or assistant turn is an\n"
      << "  error (file:line).\n"
      << "Split: by document, a seeded permutation puts round(F * N) documents (at least 1 when F > 0)\n"
-     << "  into --val-output; both files keep the corpus order.\n";
+     << "  into --val-output; both files keep the corpus order.\n"
+     << "MPI: `mpiexec -n N wlb4d-prep ...` encodes batch k on rank k mod N and writes on rank 0: the\n"
+     << "  same datasets as one rank; errors are printed once (rank 0), every rank exits alike.\n";
   return os.str();
 }
 
