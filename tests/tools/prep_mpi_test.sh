@@ -12,8 +12,10 @@
 #     tests/data/tiny.jsonl 250 times (2.5 MB, 2 batches), --val-fraction 0.05.
 # Each run's summary is printed once (rank 0), naming the ranks.
 # Bad input on 2 ranks: a missing input, a bad option and a line that is not
-# JSON: the error printed once, every rank exits with the same non-zero code
-# (1 data, 2 options), within 60 s (a hang is a failure).
+# JSON, and an encoding failure on rank 1 and on rank 0 in the middle of the
+# run (WLB4D_FAULT=prep_encode): the error printed once, every rank exits
+# with the same non-zero code (1 data, 2 options), within 60 s (a hang is a
+# failure), and no output file is left.
 set -u
 source "$(dirname "$0")/lib.sh"
 mpiexec=$1 prep=$2 src=$3 py=$4
@@ -62,4 +64,13 @@ bad_case missing 1 "wlb4d-prep: error: no-such-corpus.jsonl" --input no-such-cor
 bad_case option 2 "wlb4d-prep: error: --threads -1 must be >= 0" --input big.jsonl --output bad/a.h5 --threads -1
 bad_case json 1 "broken.jsonl:2" --input broken.jsonl --output bad/a.h5
 [ ! -e bad/a.h5 ] || fail "a failed run left bad/a.h5"
+# A rank that fails in the middle of the encoding (WLB4D_FAULT=prep_encode,
+# core/fault.hpp): rank 1's batch 1 (rank 0 still receives batch 3), and rank
+# 0's own batch 2 (rank 1 still sends batches 1 and 3): said once, all exit 1,
+# no output (not even a shard) left.
+for f in 1:batch=1 0:batch=2; do
+  WLB4D_FAULT=prep_encode:rank=$f bad_case "fault $f" 1 "batch ${f#*=} (documents" --input big.jsonl \
+    --output bad/f.h5 --shard-tokens 1000000 --threads 1
+  ls bad/f* > /dev/null 2>&1 && fail "fault $f: a failed run left output files: $(ls bad)"
+done
 echo "$test_label: ok"

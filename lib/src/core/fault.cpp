@@ -16,7 +16,8 @@ namespace {
 const char* const kForms =
     "expected stall:rank=R:step=S[:phase=step|forward|backward|ckpt_load|ckpt_save][:signal=STOP], "
     "crash:rank=R:step=S[:phase=…][:signal=KILL|ABRT|SEGV], delay:rank=R:phase=P:seconds=N|ms=N[:step=S], "
-    "ckpt_write:rank=R:after_bytes=N, ckpt_free:bytes=N, calib_load:sample=K:percent=P or spike:step=S:scale=X";
+    "ckpt_write:rank=R:after_bytes=N, ckpt_free:bytes=N, calib_load:sample=K:percent=P, spike:step=S:scale=X or "
+    "prep_encode:rank=R:batch=K";
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw std::invalid_argument("WLB4D_FAULT='" + text + "': " + why + "; " + kForms);
@@ -86,7 +87,7 @@ FaultSpec parse_fault(const std::string& text) {
   const auto colon = text.find(':');
   f.kind = text.substr(0, colon);
   if (f.kind != "stall" && f.kind != "crash" && f.kind != "delay" && f.kind != "ckpt_write" && f.kind != "ckpt_free" &&
-      f.kind != "calib_load" && f.kind != "spike")
+      f.kind != "calib_load" && f.kind != "spike" && f.kind != "prep_encode")
     bad(text, "unknown kind '" + f.kind + "'");
   std::size_t pos = colon;
   while (pos != std::string::npos) {
@@ -127,6 +128,8 @@ FaultSpec parse_fault(const std::string& text) {
       f.sample = to_count(text, k, v);
     } else if (k == "percent" && f.kind == "calib_load") {
       f.percent = to_count(text, k, v);
+    } else if (k == "batch" && f.kind == "prep_encode") {
+      f.batch = to_count(text, k, v);
     } else {
       bad(text, "'" + k + "' is not a field of " + f.kind);
     }
@@ -145,6 +148,7 @@ FaultSpec parse_fault(const std::string& text) {
   if (f.kind == "delay" && f.seconds >= 0 && f.ms >= 0) bad(text, "delay takes seconds=N or ms=N, not both");
   if (f.kind == "ckpt_write" && f.after_bytes < 0) bad(text, "ckpt_write needs after_bytes=N");
   if (f.kind == "ckpt_free" && f.free_bytes < 0) bad(text, "ckpt_free needs bytes=N");
+  if (f.kind == "prep_encode" && f.batch < 0) bad(text, "prep_encode needs batch=K");
   return f;
 }
 
@@ -182,6 +186,11 @@ long long fault_free_bytes() {
 double fault_loss_scale(std::int64_t step) {
   const FaultSpec& f = state().spec;
   return f.kind == "spike" && step == f.step ? double(f.scale) : 1.0;
+}
+
+bool fault_prep_encode_fails(int world_rank, long long batch) {
+  const FaultSpec& f = state().spec;
+  return f.kind == "prep_encode" && world_rank == f.rank && batch == f.batch;
 }
 
 double fault_calibration_scale(long long sample) {

@@ -2,6 +2,7 @@
 #include "wlb4d/data/prep.hpp"
 
 #include "wlb4d/core/error.hpp"
+#include "wlb4d/core/fault.hpp"
 #include "wlb4d/data/byte_level_bpe.hpp"
 #include "wlb4d/data/document_stream.hpp"
 #include "wlb4d/data/dataset.hpp"
@@ -394,7 +395,10 @@ SplitSummary write_split(const std::string& path, const std::vector<const std::s
     while (from < nb && int(from % std::size_t(size)) != rank) ++from;
     return from;
   };
-  auto encode = [&enc, &docs, segs, &starts](std::size_t k, Batch& b) {
+  auto encode = [&enc, &docs, segs, &starts, rank](std::size_t k, Batch& b) {
+    if (core::fault_prep_encode_fails(rank, static_cast<long long>(k)))
+      throw DataError(fmt::format("rank {}: batch {} (documents {}-{}) failed to encode (WLB4D_FAULT=prep_encode)",
+                                  rank, k, starts[k], starts[k + 1] - 1));
     if (segs)
       enc.encode(*segs, starts[k], starts[k + 1], b.ids, b.masks);
     else
@@ -688,6 +692,7 @@ PrepSummary run_prep_on(const PrepOptions& o, const comm::Communicator* c) {
   // Options, corpus, split and tokenizer: every rank does the same (only
   // rank 0 trains sentencepiece and creates the output directories).
   collectively(c, [&] {
+    core::check_fault_env();  // a malformed WLB4D_FAULT fails here, on every rank alike
     validate(o);
     if (rank == 0)
       for (const std::string* out : {&o.output, &o.val_output}) {  // create missing parent directories

@@ -49,6 +49,12 @@
 ///                                     of its measured seconds: a background
 ///                                     load that slowed (P > 100) one timed
 ///                                     shape, made deterministic.
+///   WLB4D_FAULT=prep_encode:rank=R:batch=K
+///                                     wlb4d-prep: world rank R fails to
+///                                     encode batch K (0-based, of each
+///                                     split) with a DataError: a rank's
+///                                     failure in the middle of the MPI
+///                                     encoding (prep.hpp).
 ///
 /// Fault points P: "step" (default; start of Trainer::step), "forward" and
 /// "backward" (the first forward / backward action of the step in the
@@ -71,7 +77,7 @@ namespace wlb::core {
 
 /// One parsed WLB4D_FAULT value (kind empty: no fault).
 struct FaultSpec {
-  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free, calib_load, spike
+  std::string kind;              ///< "", stall, crash, delay, ckpt_write, ckpt_free, calib_load, spike, prep_encode
   std::string phase = "step";    ///< step, forward, backward, calibrate, ckpt_load, ckpt_save (stall/crash/delay)
   int rank = -1;                 ///< world rank (stall, crash, ckpt_write)
   std::int64_t step = -1;        ///< 0-based step (stall, crash)
@@ -83,6 +89,7 @@ struct FaultSpec {
   long long scale = -1;          ///< spike: factor on the step's loss and loss gradient
   long long sample = -1;         ///< calib_load: calibration sample index
   long long percent = -1;        ///< calib_load: the sample's recorded share of its measured seconds (%)
+  long long batch = -1;          ///< prep_encode: the batch (0-based, per split) whose encoding fails
 };
 
 /// Parses a WLB4D_FAULT value; "" gives an inactive spec.
@@ -118,6 +125,9 @@ long long fault_free_bytes();
 /// WLB4D_FAULT=spike:step=S:scale=X asks for: X at step S, 1 otherwise (and
 /// when not set). The same on every rank.
 double fault_loss_scale(std::int64_t step);
+
+/// True when WLB4D_FAULT=prep_encode:rank=R:batch=K names this rank and batch.
+bool fault_prep_encode_fails(int world_rank, long long batch);
 
 /// Factor on the measured seconds of calibration sample `sample` that
 /// WLB4D_FAULT=calib_load:sample=K:percent=P asks for: P/100 for sample K,
