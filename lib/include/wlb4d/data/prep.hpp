@@ -105,9 +105,10 @@ struct PrepSummary {
 PrepSummary run_prep(const PrepOptions& opts);
 /// Runs it on the ranks of `comm` (collective: every rank calls it with the
 /// same options); rank 0 writes the outputs. opts.threads = 0 means the
-/// hardware threads divided by the ranks on this host. Every rank returns
-/// the same summary fields that rank 0 reports (the corpus, the splits, the
-/// times of rank 0; encode_cpu_s summed over the ranks).
+/// hardware threads divided by the ranks on this host. Rank 0 returns the
+/// whole summary (encode_cpu_s summed over the ranks); the others return
+/// the corpus, tokenizer, ranks, threads and encode_cpu_s fields, with
+/// empty splits (rank 0 alone writes and counts them).
 /// \throws on every rank, the same exception (ConfigError, DataError, or
 ///         std::runtime_error for anything else) with the first failing
 ///         rank's text.
