@@ -5,11 +5,13 @@
 //
 //   wlb4d-plan DECK [--section.key=value ...] [--csv FILE]
 //   wlb4d-plan DECK --search [--top N] [--write-deck FILE]   (DESIGN §11, plan/search.hpp)
+//   wlb4d-plan --devices ["CUDA DEVICE NAME"]   the device table (core/device_table.hpp) as CSV
 #include "tool_version.hpp"
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/plan/search.hpp"
 #include "wlb4d/plan/simulate.hpp"
 #include "wlb4d/core/config.hpp"
+#include "wlb4d/core/device_table.hpp"
 #include "wlb4d/core/error.hpp"
 #include "wlb4d/core/mpi_main.hpp"
 #include "wlb4d/core/version.hpp"
@@ -61,7 +63,40 @@ std::vector<std::int64_t> lengths_from_hdf5(const std::string& path) {
 }
 }  // namespace
 
+// --devices [NAME]: the device table as CSV (header, then one row per device),
+// or only the row whose match rule accepts the CUDA device name NAME (as
+// nvidia-smi --query-gpu=name prints it); exit 1 when none does. No MPI, no
+// Kokkos: the GPU bundle's gpu-check.sh reads its MFU peaks from it, so the
+// datasheet figures live in one place.
+static int print_devices(int argc, char** argv) {
+  using namespace wlb::core;
+  if (argc > 3) {
+    std::fprintf(stderr, "wlb4d-plan: --devices takes at most one CUDA device name\n");
+    return 2;
+  }
+  const char* header = "key,name,fp32_tflops,tf32_tflops,bf16_tflops,memory_gb\n";
+  const auto row = [](const DeviceSpec& d) {
+    std::printf("%s,%s,%.6g,%.6g,%.6g,%.6g\n", d.key.c_str(), d.name.c_str(), d.fp32_tflops, d.tf32_tflops,
+                d.bf16_tflops, d.memory_gb);
+  };
+  if (argc == 3) {
+    const DeviceSpec* d = match_device_name(argv[2]);
+    if (!d) {
+      std::fprintf(stderr, "wlb4d-plan: the device '%s' is not in the device table (%s)\n", argv[2],
+                   device_keys().c_str());
+      return 1;
+    }
+    std::printf("%s", header);
+    row(*d);
+    return 0;
+  }
+  std::printf("%s", header);
+  for (const auto& d : device_table()) row(d);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--devices") return print_devices(argc, argv);
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb::core;
     // The deck parser takes one positional (the deck): join "--csv FILE" first.

@@ -11,6 +11,16 @@
 # without the vendor folder (WLB4D_VENDOR_DIR, else ../shared/vendor).
 #   scripts/check-cuda-build.sh        # BUILD_DIR=build-cuda, cache WLB4D_DEPS_CACHE
 #   KOKKOS_PREFIX=/opt/kokkos-cuda scripts/check-cuda-build.sh   # an existing CUDA Kokkos
+#   WLB4D_CUDNN=auto scripts/check-cuda-build.sh   # also the cuDNN attention kernel when cuDNN is here
+#
+# WLB4D_CUDNN=OFF (default) | ON | auto: -DWLB4D_ENABLE_CUDNN (docs/gpu.md).
+# ON and auto look for cudnn.h and libcudnn in $CUDNN_ROOT, else $CUDA_HOME
+# (CUDA 13 ships cuDNN 9.19 here), and cudnn-frontend in $CUDNN_FRONTEND_DIR,
+# else the vendor folder's cudnn-frontend-1.23.0.tar.gz (extracted once into
+# BUILD_DIR/_deps); ON fails without them, auto configures without cuDNN and
+# says why. The option is always passed, so switching it reconfigures
+# BUILD_DIR (WLB4D_HAVE_CUDNN is a public define: most of the tree recompiles;
+# give the cuDNN build its own BUILD_DIR to keep both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-cuda}
@@ -30,6 +40,44 @@ if [ -z "${KOKKOS_PREFIX:-}" ]; then
     exit 0
   fi
 fi
+# ---- cuDNN (opt-in)
+cudnn_mode=${WLB4D_CUDNN:-OFF}
+cudnn_args=(-DWLB4D_ENABLE_CUDNN=OFF)
+cudnn_note="without cuDNN"
+case "$cudnn_mode" in
+  OFF|off|0) ;;
+  ON|on|1|auto)
+    cudnn_root=${CUDNN_ROOT:-$CUDA_HOME}
+    vendor=${WLB4D_VENDOR_DIR:-../shared/vendor}
+    cfe=${CUDNN_FRONTEND_DIR:-}
+    cfe_archive=$vendor/cudnn-frontend-1.23.0.tar.gz
+    if [ -z "$cfe" ] && [ -f "$cfe_archive" ]; then
+      cfe=$BUILD_DIR/_deps/cudnn-frontend-1.23.0/cudnn-frontend
+      if [ ! -f "$cfe/include/cudnn_frontend.h" ]; then
+        mkdir -p "$BUILD_DIR/_deps/cudnn-frontend-1.23.0"
+        tar -C "$BUILD_DIR/_deps/cudnn-frontend-1.23.0" -xzf "$cfe_archive"
+      fi
+    fi
+    missing=
+    [ -f "$cudnn_root/include/cudnn.h" ] || missing="$missing cudnn.h under $cudnn_root/include;"
+    compgen -G "$cudnn_root/lib*/libcudnn.so*" >/dev/null || missing="$missing libcudnn under $cudnn_root/lib*;"
+    [ -n "$cfe" ] && [ -f "$cfe/include/cudnn_frontend.h" ] ||
+      missing="$missing cudnn_frontend.h (CUDNN_FRONTEND_DIR, or $cfe_archive);"
+    if [ -z "$missing" ]; then
+      cfe=$(cd "$cfe" && pwd)
+      cudnn_args=(-DWLB4D_ENABLE_CUDNN=ON -DCUDNN_ROOT="$cudnn_root" -DCUDNN_FRONTEND_DIR="$cfe")
+      cudnn_ver=$(awk '/^#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) / {v = v (v ? "." : "") $3} END {print v}' \
+                    "$cudnn_root/include/cudnn_version.h" 2>/dev/null)
+      cudnn_note="with cuDNN ${cudnn_ver:-?} ($cudnn_root) and cudnn-frontend ($cfe)"
+    elif [ "$cudnn_mode" = auto ]; then
+      echo "check-cuda-build: WLB4D_CUDNN=auto: building without cuDNN, missing:$missing"
+    else
+      echo "check-cuda-build: WLB4D_CUDNN=$cudnn_mode but missing:$missing" >&2
+      exit 1
+    fi
+    ;;
+  *) echo "check-cuda-build: WLB4D_CUDNN must be OFF, ON or auto, not '$cudnn_mode'" >&2; exit 2 ;;
+esac
 # No ccache launcher: Kokkos redirects each compile line to nvcc_wrapper
 # (kokkos_launch_compiler) only when it starts with the C++ compiler itself;
 # behind `ccache g++` it would silently compile for the host.
@@ -38,7 +86,7 @@ mkdir -p "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DWLB4D_ENABLE_CUDA=ON -DWLB4D_ENABLE_BENCH=ON \
       -DWLB4D_NATIVE_ARCH=OFF -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
       -DCMAKE_PREFIX_PATH="$KOKKOS_PREFIX" -DKokkos_ROOT="$KOKKOS_PREFIX" -DKokkosKernels_ROOT="$KOKKOS_PREFIX" \
-      -DCUDAToolkit_ROOT="$CUDA_HOME" ${CMAKE_ARGS:-} >"$BUILD_DIR/wlb4d-configure.log" 2>&1 ||
+      -DCUDAToolkit_ROOT="$CUDA_HOME" "${cudnn_args[@]}" ${CMAKE_ARGS:-} >"$BUILD_DIR/wlb4d-configure.log" 2>&1 ||
   { cat "$BUILD_DIR/wlb4d-configure.log"; exit 1; }
 if grep -q "has no CUDA backend" "$BUILD_DIR/wlb4d-configure.log" ||
    ! grep -q "wlb4d: Kokkos .* devices: .*CUDA" "$BUILD_DIR/wlb4d-configure.log"; then
@@ -70,4 +118,5 @@ if ! objdump -h "$BUILD_DIR/lib/libwlb4d_model.a" 2>/dev/null | grep nv_fatbin >
 fi
 ntargets=$(grep -cE "Linking CXX (executable|static library)" "$log" || true)
 echo "check-cuda-build: whole tree compiled for CUDA (sm_90) against $(grep -m1 'wlb4d: Kokkos' "$BUILD_DIR/wlb4d-configure.log" | sed 's/.*wlb4d: //'),"
-echo "  NCCL $(grep -m1 -E '^#define NCCL_VERSION_CODE' "$CUDA_HOME/include/nccl.h" | awk '{print $3}'), $ntargets targets linked, 0 warnings of ours, $((SECONDS - t0)) s"
+echo "  NCCL $(grep -m1 -E '^#define NCCL_VERSION_CODE' "$CUDA_HOME/include/nccl.h" | awk '{print $3}'), $cudnn_note,"
+echo "  $ntargets targets linked, 0 warnings of ours, $((SECONDS - t0)) s"

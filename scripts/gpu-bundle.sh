@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the self-contained GPU bundle (DESIGN §12): the CUDA
 # binaries of a finished CUDA build, every shared library they load except the
-# NVIDIA driver's and the CUDA runtime's (cudart, cuBLAS, cuBLASLt, NCCL: the
-# target finds those in its toolkit or its PyTorch wheels; cuBLASLt alone is
-# 540 MB), mpiexec/hydra, the decks, prepared datasets, and CPU reference
+# NVIDIA driver's and the CUDA runtime's (cudart, cuBLAS, cuBLASLt, NCCL, and
+# cuDNN in a -DWLB4D_ENABLE_CUDNN=ON build: the target finds those in its
+# toolkit or its PyTorch wheels; cuBLASLt alone is 540 MB, cuDNN's engines
+# 400+ MB), mpiexec/hydra, the decks, prepared datasets, and CPU reference
 # losses computed here, so a lent GPU machine with no MPI, HDF5, Boost or
 # Kokkos can run `gpu-check.sh` with nothing but the bundle.
 #
@@ -64,9 +65,11 @@ proxy=$(command -v hydra_pmi_proxy || true)
 cp "$hydra" "$P/bin/real/mpiexec"
 cp "$proxy" "$P/bin/real/hydra_pmi_proxy"
 # Kernel and device tests (self-contained gtest executables, no data files).
+# test_model_attention_cudnn exists in a cuDNN build only (cuDNN against the portable kernel).
 device_tests=(unit/model/test_model_layers unit/model/test_model_transformer unit/model/test_model_step_alloc
               unit/model_attention/test_model_attention unit/optim/test_adamw unit/core/test_core_memory
-              unit/core/test_core_bf16 unit/model/test_model_bf16 mpi/comm/test_comm_nccl)
+              unit/core/test_core_bf16 unit/model/test_model_bf16 mpi/comm/test_comm_nccl
+              unit/model_attention/test_model_attention_cudnn)
 for t in "${device_tests[@]}"; do
   [ -x "$BIN_BUILD/tests/$t" ] && cp "$BIN_BUILD/tests/$t" "$P/tests/real/"
 done
@@ -75,9 +78,13 @@ strip --strip-unneeded "$P"/bin/real/* "$P"/tests/real/* 2>/dev/null || true
 
 # ---- the shared-library closure (ldd resolves transitively)
 # Left to the target: the driver (libcuda, libnvidia-*), the CUDA runtime
-# libraries named in the issue, and the vDSO. glibc goes to lib/glibc, used
-# only through the bundled loader when the target's glibc is too old.
-target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|linux-vdso)'
+# libraries (cudart, cuBLAS, cuBLASLt, NCCL), cuDNN (libcudnn*: the 9.x loader
+# a cuDNN build links dlopens its engines, libcudnn_engines_precompiled.so.9
+# alone 245 MB, from its own folder; gpu-check.sh finds them in the target's
+# site-packages/nvidia/cudnn/lib), and the vDSO. glibc goes to lib/glibc, used
+# only through the bundled loader when the target's glibc is too old. Keep
+# this list equal to check-closure.sh's target_re.
+target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libcudnn|linux-vdso)'
 glibc_re='^(ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libmvec\.so)'
 declare -A from_target=()
 for f in "$P"/bin/real/* "$P"/tests/real/*; do
@@ -141,6 +148,7 @@ need_glibc=$(for f in "$P"/bin/real/* "$P"/tests/real/* "$P"/lib/*.so*; do
   echo "glibc_required=$need_glibc"
   echo "glibc_bundled=$(getconf GNU_LIBC_VERSION | awk '{print $2}')"
   echo "from_target=${!from_target[*]}"
+  echo "cudnn=$(sed -n 's/^WLB4D_ENABLE_CUDNN:BOOL=//p' "$BIN_BUILD/CMakeCache.txt" 2>/dev/null | head -1)"
   echo "version: $("$H/wlb4d" --version 2>/dev/null | tr '\n' ' ')"
 } >"$P/MANIFEST"
 (cd "$P" && find . -type f -printf '%s %p\n' | sort -k2) >"$P/FILES"

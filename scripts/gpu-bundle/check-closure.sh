@@ -3,7 +3,7 @@
 #   check-closure.sh PAYLOAD
 # 1. Static: every DT_NEEDED of every ELF in bin/real, tests/real and lib/
 #    (transitively) is a file in lib/ or lib/glibc/, or is one the target
-#    provides (MANIFEST from_target: the driver's and the CUDA runtime's).
+#    provides (MANIFEST from_target: the driver's, the CUDA runtime's and cuDNN's).
 # 2. Dynamic: `ldd` of every binary with only the bundle's lib/ on
 #    LD_LIBRARY_PATH resolves every library into the bundle, except glibc
 #    (which the wrapper replaces when the target's is older) and those the
@@ -11,7 +11,8 @@
 # Prints one line per failure and exits 1 if there is any.
 set -euo pipefail
 P=$(cd "${1:?usage: check-closure.sh PAYLOAD}" && pwd)
-target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so)'
+# The same list as gpu-bundle.sh's target_re (without the vDSO).
+target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libcudnn)'
 glibc_re='^(ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libmvec\.so)'
 bad=0
 elfs=()

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # gpu-check.sh inside the GPU bundle (scripts/gpu-bundle.sh; DESIGN §12): the
 # one command for a lent GPU machine, under 10 minutes on one
-# H200. Needs only what the bundle holds plus the NVIDIA driver and the CUDA
-# runtime libraries (cudart, cuBLAS, cuBLASLt, NCCL), which it looks for in
-# $CUDA_HOME, /usr/local/cuda*, the loader's cache and the nvidia-* pip wheels
-# of the machine's Python (PyTorch's), and says which it used.
+# H100 or H200. Needs only what the bundle holds plus the NVIDIA driver and the
+# CUDA runtime libraries (cudart, cuBLAS, cuBLASLt, NCCL; cuDNN for a bundle of
+# a -DWLB4D_ENABLE_CUDNN=ON build), which it looks for in $CUDA_HOME,
+# /usr/local/cuda*, the loader's cache and the nvidia-* pip wheels of the
+# machine's Python (PyTorch's; cuDNN first in site-packages/nvidia/cudnn/lib),
+# and says which it used.
 #   payload/gpu-check.sh RESULTS_DIR
 # Steps (each with a timeout; a failed step is reported, the others still run):
 #   1. nvidia-smi summary
@@ -16,8 +18,12 @@
 #      device's cublasGemmEx) within 1e-3 of the CPU's bf16 run
 #   4. throughput of bench-quickstart, bench-gpt2-small and bench-1b on 1 GPU,
 #      each in fp32 and bf16: tokens/s, achieved TFLOP/s, MFU against the
-#      H200's fp32, TF32 and bf16 dense peaks, peak device memory; one table,
-#      RESULTS_DIR/gpu-check.csv
+#      device's fp32, TF32 and bf16 dense peaks, peak device memory; one table,
+#      RESULTS_DIR/gpu-check.csv. The peaks are the device table's
+#      (core/device_table.hpp, through `wlb4d-plan --devices NAME`) for the
+#      name nvidia-smi gives GPU 0; WLB4D_CHECK_DEVICE=KEY (a plan.device key:
+#      a100 a100-40gb h100 h100-pcie h200) picks the row instead. A device not
+#      in the table gets no MFU columns (empty), the rest of the row stays.
 # WLB4D_CHECK_QUICK=1 (the host-kind bundle test) runs 2 and 3 on the CPU.
 set -uo pipefail
 P=$(cd "$(dirname "$0")" && pwd)
@@ -61,8 +67,22 @@ EOF
   for so in $(sed -n 's/^from_target=//p' "$P/MANIFEST"); do
     case "$so" in libcuda.so*|libnvidia-*) continue ;; esac
     found=
-    for d in "${cands[@]}"; do
-      if [ -e "$d/$so" ]; then found=$d; break; fi
+    dirs=("${cands[@]}")
+    case "$so" in
+      libcudnn*)
+        # cuDNN 9's libcudnn.so.9 is a loader that dlopens its engines
+        # (libcudnn_graph, libcudnn_engines_*) from the library path: a folder
+        # counts only with libcudnn_graph beside it. The pip wheel's folder
+        # (site-packages/nvidia/cudnn/lib, PyTorch's) is tried first.
+        dirs=()
+        for d in "${cands[@]}"; do [[ "$d" == */nvidia/cudnn/lib ]] && dirs+=("$d"); done
+        for d in "${cands[@]}"; do [[ "$d" == */nvidia/cudnn/lib ]] || dirs+=("$d"); done
+        ;;
+    esac
+    for d in "${dirs[@]}"; do
+      [ -e "$d/$so" ] || continue
+      case "$so" in libcudnn.so.*) compgen -G "$d/libcudnn_graph.so*" >/dev/null || continue ;; esac
+      found=$d; break
     done
     if [ -z "$found" ] && p=$(ldconfig -p 2>/dev/null | awk -v s="$so" '$1 == s {print $NF; exit}') && [ -n "$p" ]; then
       found=$(dirname "$p")
@@ -127,11 +147,27 @@ equiv quickstart_bf16 quickstart.ini sotu-train.h5 "$backend" bf16 1e-3
 # ---- 4. throughput
 if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
   say "throughput on 1 GPU"
-  # H200 SXM dense peaks, TFLOP/s (NVIDIA H200 Tensor Core GPU datasheet, 2024):
-  # FP32 67, TF32 tensor 494.7, BF16 tensor 989.4 (half the sparse figures).
-  peaks="67 494.7 989.4"
+  # Dense peaks (TFLOP/s, datasheet figures without sparsity) of the device
+  # table row of this GPU: key,name,fp32,tf32,bf16,memory_gb.
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
+  if [ -n "${WLB4D_CHECK_DEVICE:-}" ]; then
+    dev_row=$("$P/bin/wlb4d-plan" --devices 2>/dev/null | awk -F, -v k="$WLB4D_CHECK_DEVICE" 'NR > 1 && $1 == k')
+    dev_why="WLB4D_CHECK_DEVICE=$WLB4D_CHECK_DEVICE"
+  else
+    dev_row=$("$P/bin/wlb4d-plan" --devices "$gpu_name" 2>/dev/null | tail -n +2)
+    dev_why="nvidia-smi name '$gpu_name'"
+  fi
+  peaks= dev_key=
+  if [ -n "$dev_row" ]; then
+    IFS=, read -r dev_key dev_name p_fp32 p_tf32 p_bf16 _ <<<"$dev_row"
+    peaks="$p_fp32 $p_tf32 $p_bf16"
+    echo "  MFU peaks: device table $dev_key ($dev_name; $dev_why): fp32 $p_fp32, tf32 $p_tf32, bf16 $p_bf16 TFLOP/s"
+  else
+    echo "  MFU peaks: none ($dev_why is not in the device table: $("$P/bin/wlb4d-plan" --devices 2>/dev/null |
+      awk -F, 'NR > 1 {printf "%s%s", (NR > 2 ? " " : ""), $1}')); MFU columns left empty"
+  fi
   csv=$R/gpu-check.csv
-  echo "deck,precision,steps,tokens_per_s,tflops,mfu_fp32,mfu_tf32,mfu_bf16,mem_mib,step_ms" >"$csv"
+  echo "deck,precision,steps,tokens_per_s,tflops,mfu_fp32,mfu_tf32,mfu_bf16,mem_mib,step_ms,device" >"$csv"
   printf '%-18s %-5s %12s %10s %9s %9s %9s %10s %9s\n' deck prec tokens/s TFLOP/s "MFU fp32" "MFU tf32" "MFU bf16" \
     "mem MiB" "step ms"
   for run in bench-quickstart:fp32 bench-quickstart:bf16 bench-gpt2-small:fp32 bench-gpt2-small:bf16 \
@@ -150,9 +186,10 @@ if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
     mem=$(sed -nE 's/.*\| mem ([0-9]+) MiB.*/\1/p' <<<"$detail")
     ms=$(sed -nE 's/.*\| step ([0-9]+) ms.*/\1/p' <<<"$line")
     read -r row <<<"$(awk -v d="$deck" -v pr="$prec" -v t="$tok" -v g="$tfl" -v m="$mem" -v s="$ms" -v pk="$peaks" 'BEGIN{
-      split(pk, p, " "); tf = g + 0;
-      printf "%s,%s,4,%s,%.3f,%.2f%%,%.2f%%,%.2f%%,%s,%s", d, pr, t, tf, 100*tf/p[1], 100*tf/p[2], 100*tf/p[3], m, s }')"
-    echo "$row" >>"$csv"
+      n = split(pk, p, " "); tf = g + 0;
+      if (n == 3) { m1 = sprintf("%.2f%%", 100*tf/p[1]); m2 = sprintf("%.2f%%", 100*tf/p[2]); m3 = sprintf("%.2f%%", 100*tf/p[3]) }
+      printf "%s,%s,4,%s,%.3f,%s,%s,%s,%s,%s", d, pr, t, tf, m1, m2, m3, m, s }')"
+    echo "$row,${dev_key:-}" >>"$csv"
     IFS=, read -r d pr _ t tf m1 m2 m3 mm sm <<<"$row"
     printf '%-18s %-5s %12s %10s %9s %9s %9s %10s %9s\n' "$d" "$pr" "$t" "$tf" "$m1" "$m2" "$m3" "$mm" "$sm"
   done

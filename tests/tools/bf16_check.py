@@ -17,6 +17,9 @@ Runs DECK for N steps in fp32 and in bf16 (checkpoint every S steps), then
   * resume bf16 -> fp32 and fp32 -> bf16: steps S+1..N within 1e-2 relative of
     the uninterrupted run of the checkpoint's writer (only the GEMM rounding
     of the remaining steps differs).
+Before it runs, the check removes what an earlier run of it (same deck and
+step count) left in the workdir: <tag>-*.csv and ck-<tag>-* (tag
+bf16check-<deck stem>-<steps>), so a CSV of an older build is never resumed onto.
 --concurrent starts the fp32 and the bf16 run at once (two processes, one per
 core; the 200-step check in scripts/test.sh) instead of one after the other.
 Exit 0 when all hold; prints one line per check.
@@ -28,6 +31,20 @@ import shutil
 import subprocess
 import sys
 import time
+
+
+def clear_outputs(workdir, tag):
+    """Removes every file and checkpoint folder an earlier run of this check
+    (same deck and step count) left in workdir: <tag>-*.csv and ck-<tag>-*.
+    The resumed runs append to their CSV, so a stale one (another version's
+    columns, or steps of another run) would be refused or mixed in; the
+    uninterrupted runs' checkpoint.overwrite does not reach those files."""
+    for name in os.listdir(workdir):
+        path = os.path.join(workdir, name)
+        if name.startswith(f"ck-{tag}-") and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif name.startswith(f"{tag}-") and name.endswith(".csv") and os.path.isfile(path):
+            os.remove(path)
 
 
 def losses(path):
@@ -91,8 +108,7 @@ def main():
     # and quickstart-200 checks share a workdir and run in parallel under ctest -j.
     tag = f"bf16check-{os.path.splitext(os.path.basename(args.deck))[0]}-{args.steps}"
     ck = {p: os.path.join(args.workdir, f"ck-{tag}-{p}") for p in ("fp32", "bf16")}
-    for d in ck.values():
-        shutil.rmtree(d, ignore_errors=True)
+    clear_outputs(args.workdir, tag)
     runs = {}
     t0 = time.monotonic()
     for p in ("fp32", "bf16"):

@@ -437,8 +437,9 @@ const std::vector<KeySpec>& key_table() {
               "(balance.calibrate=false without cost_a/cost_b) under train.precision=fp32",
               at_least(0.0)),
       WLB_KEY(double, plan, device_memory_gib,
-              "memory per device (GiB; 0: plan.device's, else 80): wlb4d-plan marks layouts whose predicted peak "
-              "per rank exceeds it; a device (CUDA) build of wlb4d refuses to start above it",
+              "memory per device (GiB; 0: plan.device's, else 80 in wlb4d-plan and the device's detected total "
+              "in wlb4d): wlb4d-plan marks layouts whose predicted peak per rank exceeds it; a device (CUDA) build "
+              "of wlb4d refuses to start above it",
               at_least(0.0)),
       WLB_KEY(int, plan, nodes,
               "wlb4d-plan --search: nodes of the cluster (count; 0: as many as dp*pp*cp*tp needs); "

@@ -92,6 +92,29 @@ double device_memory_gib(const Config& cfg) {
   return kFallbackDeviceMemoryGib;
 }
 
+MemoryBudget device_memory_budget(const Config& cfg, double detected_bytes) {
+  constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+  MemoryBudget out;
+  if (cfg.plan.device_memory_gib > 0) {
+    out.bytes = cfg.plan.device_memory_gib * gib;
+    out.source = fmt::format("plan.device_memory_gib={:.4g} of device memory per rank", cfg.plan.device_memory_gib);
+  } else if (const DeviceSpec* dev = find_device(cfg.plan.device)) {
+    out.bytes = dev->memory_gib() * gib;
+    out.source = fmt::format("{:.4g} GiB of device memory per rank, plan.device={}", dev->memory_gib(), dev->key);
+  } else if (detected_bytes > 0) {
+    out.bytes = detected_bytes;
+    out.source = fmt::format("{:.4g} GiB of device memory per rank, the device's total (detected; "
+                             "plan.device_memory_gib overrides it)",
+                             detected_bytes / gib);
+  } else {
+    out.bytes = kFallbackDeviceMemoryGib * gib;
+    out.source = fmt::format("{:.4g} GiB of device memory per rank, assumed: no plan.device_memory_gib, no "
+                             "plan.device, and the device's total is unknown",
+                             kFallbackDeviceMemoryGib);
+  }
+  return out;
+}
+
 PeakSource mfu_peak(const Config& cfg, const std::string& detected_name) {
   PeakSource out;
   const std::string& prec = cfg.train.precision;

@@ -278,11 +278,10 @@ HostPlacement check_memory_fits(const core::Config& cfg, const grid::ProcessGrid
         grid.world().allreduce_value(node->size() == grid.world_size() ? 1 : 0, comm::ReduceOp::Min) == 1;
     if (avail < 0) return where_ranks;  // unknown: no bound
   } else {
-    const double gib = core::device_memory_gib(cfg);
-    have = gib * 1024.0 * 1024.0 * 1024.0;
-    where = cfg.plan.device_memory_gib > 0 || cfg.plan.device.empty()
-                ? fmt::format("plan.device_memory_gib={:.4g} of device memory per rank", gib)
-                : fmt::format("{:.4g} GiB of device memory per rank, plan.device={}", gib, cfg.plan.device);
+    // Without plan.device_memory_gib / plan.device: this rank's device's total.
+    const auto budget = core::device_memory_budget(cfg, core::detected_device_memory_bytes());
+    have = budget.bytes;
+    where = budget.source;
   }
   const int over = grid.world().allreduce_value(need > have ? 1 : 0, comm::ReduceOp::Max);
   if (over == 0) return where_ranks;

@@ -84,6 +84,31 @@ TEST(DeviceTable, GemmRateResolution) {
   EXPECT_EQ(device_memory_gib(c), 100);
 }
 
+TEST(DeviceTable, MemoryBudgetOrder) {
+  constexpr double gib = 1073741824.0;
+  const double h200_total = 150754820096.0;  // cudaDeviceProp::totalGlobalMem of an H200 (140.4 GiB)
+  Config c;
+  // No key, no detected device (a host build): the fallback, said to be assumed.
+  auto b = device_memory_budget(c, 0);
+  EXPECT_EQ(b.bytes, kFallbackDeviceMemoryGib * gib);
+  EXPECT_NE(b.source.find("assumed"), std::string::npos) << b.source;
+  // A CUDA build without keys: the device's own total, not 80 GiB.
+  b = device_memory_budget(c, h200_total);
+  EXPECT_EQ(b.bytes, h200_total);
+  EXPECT_NE(b.source.find("detected"), std::string::npos) << b.source;
+  // plan.device over the detected total; plan.device_memory_gib over both.
+  c.plan.device = "a100-40gb";
+  b = device_memory_budget(c, h200_total);
+  EXPECT_DOUBLE_EQ(b.bytes, 40e9);
+  EXPECT_NE(b.source.find("plan.device=a100-40gb"), std::string::npos) << b.source;
+  c.plan.device_memory_gib = 20;
+  b = device_memory_budget(c, h200_total);
+  EXPECT_EQ(b.bytes, 20 * gib);
+  EXPECT_NE(b.source.find("plan.device_memory_gib=20"), std::string::npos) << b.source;
+  // wlb4d-plan's budget (device_memory_gib) is unchanged: no detection there.
+  EXPECT_EQ(device_memory_gib(Config{}), kFallbackDeviceMemoryGib);
+}
+
 TEST(DeviceTable, MfuPeakOrder) {
   Config c;
   EXPECT_EQ(mfu_peak(c, "").flops, 0);

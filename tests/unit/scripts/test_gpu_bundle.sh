@@ -24,6 +24,24 @@ grep -q 'tiny: 10 of 10 steps within 1e-5' "$W/check.log" && grep -q 'quickstart
 maps=$(WLB4D_BUNDLE_LOADER=1 "$P/bin/run" /bin/cat /proc/self/maps)
 grep -q "$P/lib/glibc/libc.so.6" <<<"$maps" || { echo "FAIL: the loader path did not use the bundled glibc"; exit 1; }
 echo "ok: host bundle runs its check from the bundle alone"
+# The MFU peaks gpu-check.sh reads: the device table through the bundle's
+# wlb4d-plan --devices, matched by the names nvidia-smi prints.
+for pair in "NVIDIA H100 80GB HBM3:h100" "NVIDIA H100 PCIe:h100-pcie" "NVIDIA H200:h200" "NVIDIA A100-SXM4-80GB:a100" \
+            "NVIDIA A100-SXM4-40GB:a100-40gb"; do
+  row=$(WLB4D_BUNDLE_LOADER=1 "$P/bin/wlb4d-plan" --devices "${pair%%:*}" | tail -n +2)
+  [ "${row%%,*}" = "${pair##*:}" ] || { echo "FAIL: wlb4d-plan --devices '${pair%%:*}' gave '$row', not ${pair##*:}"; exit 1; }
+done
+if "$P/bin/wlb4d-plan" --devices "Tesla V100-SXM2-16GB" >/dev/null 2>&1; then
+  echo "FAIL: a device outside the table matched"; exit 1
+fi
+echo "ok: the bundle's device table matches H100, H200 and A100 names"
+# The libraries left to the target are the same in the bundler and the closure check (cuDNN included).
+re_bundle=$(sed -n "s/^target_re='\(.*\)|linux-vdso)'$/\1)/p" "$S/gpu-bundle.sh")
+re_closure=$(sed -n "s/^target_re='\(.*\)'$/\1/p" "$S/gpu-bundle/check-closure.sh")
+[ -n "$re_bundle" ] && [ "$re_bundle" = "$re_closure" ] ||
+  { echo "FAIL: target_re differs: gpu-bundle.sh '$re_bundle', check-closure.sh '$re_closure'"; exit 1; }
+grep -q 'libcudnn' <<<"$re_closure" || { echo "FAIL: libcudnn is not left to the target"; exit 1; }
+echo "ok: the bundler and the closure check leave the same libraries (cuDNN among them) to the target"
 # A loss off the reference is caught.
 cp "$P/ref/quickstart.csv" "$W/ref.bak"
 awk -F, 'BEGIN{OFS=","} NR==3 {for (i=1;i<=NF;i++) if (h[i]=="loss") $i=$i*1.0001} NR==1 {for (i=1;i<=NF;i++) h[i]=$i} {print}' \

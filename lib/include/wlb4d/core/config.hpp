@@ -240,7 +240,8 @@ struct PlanConfig {
   /// gemm_efficiency, else core::kFallbackGemmFlops; core::gemm_flops).
   double flops_per_s = 0;
   /// Memory per device (GiB, 2^30 bytes), the memory model's budget (0:
-  /// plan.device's, else 80; core::device_memory_gib).
+  /// plan.device's, else 80 in wlb4d-plan (core::device_memory_gib) and the
+  /// running device's total in the trainer (core::device_memory_budget)).
   double device_memory_gib = 0;
   // Cluster description (DESIGN §11; wlb4d-plan --search). The search maps
   // ranks as the grid orders them (TP innermost, then CP, DP, PP) onto nodes

@@ -78,8 +78,23 @@ double gemm_flops(const Config& cfg);
 /// The peak of plan.device at train.precision (FLOP/s); 0 without a device.
 double device_peak_flops(const Config& cfg);
 /// plan.device_memory_gib when > 0, else plan.device's memory_gib(), else
-/// kFallbackDeviceMemoryGib (GiB).
+/// kFallbackDeviceMemoryGib (GiB). The budget of a deck planned away from its
+/// device (wlb4d-plan); the trainer uses device_memory_budget.
 double device_memory_gib(const Config& cfg);
+
+/// The device memory one rank may use (the memory model's upper bound,
+/// pipeline::check_memory_fits) and where the figure came from.
+struct MemoryBudget {
+  double bytes = 0;    ///< bytes (not GiB)
+  std::string source;  ///< e.g. "plan.device_memory_gib=40", "the device's total (detected)"
+};
+/// plan.device_memory_gib when > 0; else plan.device's memory; else
+/// `detected_bytes` when > 0 (the running device's total,
+/// detected_device_memory_bytes(): a CUDA build knows its device, so an
+/// H200 is not budgeted as 80 GiB nor an A100 40GB above what it has); else
+/// kFallbackDeviceMemoryGib. Given keys win: they describe the device the
+/// deck was planned for, or reserve memory for something else.
+MemoryBudget device_memory_budget(const Config& cfg, double detected_bytes);
 
 /// The trainer's MFU peak (FLOP/s per device) and where it came from:
 /// log.peak_tflops > 0 wins; else plan.device at train.precision; else
@@ -94,7 +109,9 @@ PeakSource mfu_peak(const Config& cfg, const std::string& detected_name);
 /// The name of this process's CUDA device (cudaDeviceProp::name) on a build
 /// whose Kokkos has CUDA; "" otherwise.
 std::string detected_device_name();
-/// Total memory of this process's CUDA device (bytes); 0 on a host build.
+/// Total memory of this process's CUDA device (bytes, cudaDeviceProp::
+/// totalGlobalMem, the total cudaMemGetInfo reports); 0 on a host build or
+/// when the CUDA runtime cannot tell.
 double detected_device_memory_bytes();
 
 }  // namespace wlb::core

@@ -336,9 +336,15 @@ std::string save_checkpoint(const core::CheckpointConfig& cc, const comm::Commun
 /// duplicate of the world communicator while training goes on (the hidden
 /// part). The file, its checksums, its digest and the commit are those of a
 /// synchronous save; `latest` moves only after the whole file was written,
-/// closed and read back. One save at a time: start() waits for the previous
-/// one. Needs MPI_THREAD_MULTIPLE (core::mpi_thread_multiple()): the thread
-/// calls MPI (the writers' MPI-IO, the agreements) on its own communicator.
+/// closed and read back. One save at a time: the caller collects the
+/// previous one with wait() before start() (start() with one in flight is a
+/// programming error, see start()). Needs MPI_THREAD_MULTIPLE
+/// (core::mpi_thread_multiple()): the thread calls MPI (the writers' MPI-IO,
+/// the agreements) on its own communicator, so the training thread's
+/// collectives on the world never interleave with the writer's.
+/// Errors of the save itself are not thrown: the thread catches them and
+/// wait() returns them in Result::error (the trainer reports them; a failed
+/// save leaves `latest` on the previous checkpoint).
 class AsyncCheckpointWriter {
  public:
   /// What a finished save did (the same on every rank).
@@ -350,15 +356,20 @@ class AsyncCheckpointWriter {
   };
   /// Collective over `world`: duplicates it for the writer thread.
   /// \param layout dp, pp, cp, tp of the writing run (root attribute writer_layout)
+  /// \throws core::CheckpointError when the communicator cannot be duplicated.
   AsyncCheckpointWriter(const comm::Communicator& world, const std::int32_t layout[4]);
   /// Waits for a save in flight (its result is dropped: call wait() first to see it).
   ~AsyncCheckpointWriter();
   AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
   AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
 
-  /// Starts writing; returns at once. The tensors' buffers belong to the
+  /// Starts writing; returns at once. The tensors' buffers (host memory, the
+  /// shapes and layout of save_checkpoint()'s TensorRef) belong to the
   /// caller and must stay unchanged until the save has finished (wait(), or
-  /// done() true). Call on every rank, with no save in flight.
+  /// done() true): the thread reads them without a copy, which is why the
+  /// blocking part is only the trainer's copy into them. Call on every rank,
+  /// with no save in flight.
+  /// \throws core::InternalError when a save is still in flight (wait() first).
   void start(const core::CheckpointConfig& cc, std::vector<TensorRef> tensors, TrainState state, CheckpointInfo info);
   /// A save was started and not yet collected by wait().
   bool in_flight() const { return started_; }

@@ -95,7 +95,10 @@ struct RaggedAttention {
 
 /// The ragged form of the mask kv_lo/kv_hi (attention.hpp: query i attends keys
 /// max(kv_lo[i], 0)..min(kv_hi[i], S-1); an empty range is a row with no key).
-/// \param kv_lo, kv_hi host arrays of T entries
+/// \param kv_lo, kv_hi host arrays of T entries (key indices, 0-based, in
+///   the global key order of the call)
+/// \param max_row_elems elements of one packed row, heads × head dim (the
+///   larger of the query and key rows'); 0 skips the int32 check below
 /// \throws std::invalid_argument if T or S is negative, or if a packed element
 ///   offset (rows × heads × head dim) could exceed int32 for heads × head dim
 ///   up to `max_row_elems` (cuDNN's ragged offsets are int32).
@@ -133,16 +136,23 @@ struct SdpaGraphKeyHash {
 };
 
 /// The key of the graph that runs `r` (r.batch > 0).
+/// \throws std::invalid_argument when r.batch is 0 (no query attends a key:
+///   the kernel writes out = 0, lse = -inf without a graph).
 SdpaGraphKey sdpa_graph_key(const RaggedAttention& r, int heads_q, int heads_kv, int head_dim, bool backward);
 
 /// Built graphs by key, least recently used evicted past `capacity`. Plan is
 /// whatever the kernel keeps (a cudnn-frontend graph and its workspace size);
 /// build() makes one on a miss. Not thread-safe (one per rank and thread).
+/// LRU because a run's shapes drift (WLB packing, growing documents) while a
+/// few buckets stay hot; 64 graphs bound the memory the plans hold.
 template <class Plan>
 class SdpaPlanCache {
  public:
   explicit SdpaPlanCache(std::size_t capacity = 64) : capacity_(capacity < 1 ? 1 : capacity) {}
-  /// The plan for `key`, built by `build()` (returning Plan) on a miss.
+  /// The plan for `key`, built by `build()` (returning Plan) on a miss. The
+  /// reference stays valid until a later get() evicts the entry (capacity
+  /// misses later at the earliest). An exception of build() propagates and
+  /// leaves the cache as it was.
   template <class Build>
   Plan& get(const SdpaGraphKey& key, Build&& build) {
     auto it = index_.find(key);

@@ -157,9 +157,10 @@ struct HostPlacement {
 /// total) against what it can get, before any large allocation. Host memory
 /// (MemSpace host-accessible): the ranks sharing a host together against its
 /// MemAvailable (no bound where /proc/meminfo is unreadable). Device memory:
-/// this rank against plan.device_memory_gib. Collective over grid.world()
-/// (it splits the world by host name).
-/// 	hrows core::ConfigError on every rank, naming both numbers and what to
+/// this rank against core::device_memory_budget (plan.device_memory_gib, else
+/// plan.device's memory, else the device's detected total). Collective over
+/// grid.world() (it splits the world by host name).
+/// \throws core::ConfigError on every rank, naming both numbers and what to
 ///         change, when some rank's need exceeds what it has.
 HostPlacement check_memory_fits(const core::Config& cfg, const grid::ProcessGrid& grid, double mine);
 

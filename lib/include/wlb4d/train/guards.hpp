@@ -6,8 +6,9 @@
 ///
 /// Loss-spike guard (llm.c's outlier detector, train_gpt2.cu
 /// `skip_update_lossz` / `skip_update_gradz`; Megatron-LM's skip of spiky
-/// iterations): the guard keeps the last `window` values of the step loss and
-/// of the global gradient norm (before clipping). Once it holds at least
+/// iterations): the guard keeps the last `window` values of the step loss
+/// (mean cross-entropy per token, nats, reduced over the ranks) and of the
+/// global gradient L2 norm (before clipping). Once it holds at least
 /// `warmup` of them, a step whose
 ///     z = (x - mean) / std     (population std over the window, oldest first)
 /// exceeds `z_max` for the loss or for the grad norm is a spike: its optimizer
@@ -22,7 +23,7 @@
 /// uninterrupted run did.
 ///
 /// Straggler flag: after each step, a rank whose compute time (forward +
-/// backward wall seconds, the step line's "compute") exceeds `factor` times
+/// backward wall seconds, the step line's "compute", io::TimingRecord) exceeds `factor` times
 /// the median over its group for `steps` consecutive steps is named. The
 /// group of a rank is the ranks of its pipeline stage (same layers on other
 /// tokens); when every stage has one rank (dp = cp = tp = 1), the world. In a
@@ -45,22 +46,29 @@ struct SpikeDecision {
 
 class SpikeGuard {
  public:
-  /// \param z_max train.skip_spike_z (> 0; 0 means the trainer has no guard)
-  /// \param window train.skip_spike_window (>= 2): values kept
+  /// \param z_max train.skip_spike_z (> 0, in standard deviations; 0 means
+  ///        the trainer builds no guard)
+  /// \param window train.skip_spike_window (>= 2): values kept (steps)
   /// \param warmup train.skip_spike_warmup (2 <= warmup <= window): values
-  ///        needed before the first judgement
+  ///        needed before the first judgement (steps)
+  /// Does not throw: the deck rules check the ranges; a window or warmup
+  /// below 2 is taken as 2 (a std needs two values).
   SpikeGuard(double z_max, int window, int warmup);
 
-  /// Judges a step's loss and grad norm against the window, then adds them to it.
+  /// Judges a step's loss (nats per token) and grad norm (L2, before
+  /// clipping) against the window, then adds them to it. Call once per step
+  /// with the same values on every rank (the reduced ones), so every rank
+  /// decides alike.
   SpikeDecision observe(double loss, double grad_norm);
 
   /// Checkpoint state: the window as (loss, grad norm) pairs, oldest first,
-  /// flattened [l0, g0, l1, g1, ...].
+  /// flattened [l0, g0, l1, g1, ...] (2 x size() values).
   std::vector<double> window_pairs() const;
   /// Restores the window from window_pairs() of a checkpoint; a checkpoint
   /// written with a larger window keeps its newest `window` pairs.
   /// \throws std::invalid_argument on an odd length.
   void restore(const std::vector<double>& pairs);
+  /// Steps in the window now (<= window).
   std::size_t size() const { return loss_.size(); }
 
  private:
@@ -78,11 +86,14 @@ struct Straggler {
 
 class StragglerFlag {
  public:
-  /// \param factor log.straggler_factor (> 1)
+  /// \param factor log.straggler_factor (> 1, dimensionless: compute time / group median)
   /// \param steps log.straggler_steps (>= 1): consecutive slow steps to name a rank
+  /// Does not throw (the deck rules check the ranges; steps < 1 is taken as 1).
   StragglerFlag(double factor, int steps);
 
-  /// One step's timing records of every rank (io::TimingLog::append). Returns
+  /// One step's timing records of every rank, in any order (each record
+  /// carries its rank and pipeline stage; io::TimingLog::append gathers them
+  /// on rank 0). Returns
   /// the ranks slow for >= `steps` consecutive steps now, by rank; `newly`
   /// (when given) receives those named for the first time in this streak.
   std::vector<Straggler> observe(const std::vector<io::TimingRecord>& all, std::vector<Straggler>* newly = nullptr);
