@@ -37,6 +37,9 @@ if [ ! -f "$RUN/data/sotu-train.h5" ] || [ inputs/corpus/sotu-embedded.jsonl.xz 
   "$BIN/wlb4d-prep" --input inputs/corpus/sotu-embedded.jsonl.xz \
       --output "$RUN/data/sotu-train.h5" --val-fraction 0.1 --val-output "$RUN/data/sotu-val.h5"
 fi
+# A bad argument (a misspelt key) fails here, before the earlier run is moved aside.
+"$BIN/wlb4d" inputs/quickstart.ini "$@" --check --check-ranks "$RANKS" > "$RUN/check.log" 2>&1 \
+  || { cat "$RUN/check.log"; exit 2; }
 tee_args=()
 case " $* " in
   *" --checkpoint.resume="*) tee_args=(-a) ;;   # continue (auto) or as asked: keep the outputs, append
