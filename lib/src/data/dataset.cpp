@@ -555,13 +555,20 @@ std::int64_t TokenDataset::loss_targets() const {
   return impl_->loss_targets;
 }
 
+namespace {
+/// \throws DataError unless [offset, offset+length) lies inside document doc.
+void check_span(const TokenDataset& ds, std::int64_t doc, std::int64_t offset, std::int64_t length) {
+  const std::int64_t len = ds.doc_length(doc);
+  if (offset < 0 || length < 0 || offset + length > len)
+    throw DataError(ds.path() + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+}
+}  // namespace
+
 void TokenDataset::read_loss_mask(std::int64_t doc, std::int64_t offset, std::int64_t length,
                                   std::uint8_t* out) const {
   const auto& im = *impl_;
-  const std::int64_t len = doc_length(doc);
-  if (offset < 0 || length < 0 || offset + length > len)
-    throw DataError(im.name + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
-                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+  check_span(*this, doc, offset, length);
   if (length == 0) return;
   // A document lies in one file: read from its shard, in that file's numbering.
   const Shard& sh = im.shards[im.shard_of_doc(doc)];
@@ -588,10 +595,7 @@ void TokenDataset::read_loss_mask(std::int64_t doc, std::int64_t offset, std::in
 }
 
 std::int64_t TokenDataset::span_targets(std::int64_t doc, std::int64_t offset, std::int64_t length) const {
-  const std::int64_t len = doc_length(doc);
-  if (offset < 0 || length < 0 || offset + length > len)
-    throw DataError(impl_->name + ": span [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
-                    ") leaves document " + std::to_string(doc) + " of length " + std::to_string(len));
+  check_span(*this, doc, offset, length);
   if (length <= 1) return 0;
   if (!impl_->shards[impl_->shard_of_doc(doc)].mask.valid()) return length - 1;
   std::vector<std::uint8_t> m(static_cast<std::size_t>(length));
