@@ -99,6 +99,16 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--devices") return print_devices(argc, argv);
   return wlb::core::mpi_main(argc, argv, [](int ac, char** av) {
     using namespace wlb::core;
+    if (ac == 1) {  // no deck: what to type, not a plan of the defaults
+      if (world_rank() == 0)
+        std::fprintf(stderr,
+                     "Usage: wlb4d-plan DECK.ini [--section.key=value ...] [--csv FILE]\n"
+                     "       wlb4d-plan DECK.ini --search [--top N] [--write-deck FILE]\n"
+                     "       wlb4d-plan --devices [NAME]\n"
+                     "  e.g. build/app/wlb4d-plan inputs/plan-7b-128k.ini --search\n"
+                     "  wlb4d-plan --help lists the deck keys the planner reads.\n");
+      return 2;
+    }
     // The deck parser takes one positional (the deck): join "--csv FILE" first.
     std::vector<std::string> args(av, av + ac);
     for (std::size_t i = 1; i + 1 < args.size(); ++i) {

@@ -77,18 +77,19 @@ case "$scenario" in
   full|fault|full1|fault1|full2|fullz|fault_async|full2_async)
     [ -z "$extra" ] || out_has "asynchronous checkpoints" || fail "the run did not write asynchronously"
     n=$(out_count "\[r[01]\].*no space left on device")
-    [ "$n" -ge "$np" ] || fail "'no space left on device' from $n ranks, expected $np"
+    # Said once by rank 0 when every rank failed with the same text, else by each.
+    [ "$n" -ge 1 ] || fail "no rank said 'no space left on device'"
     expect_checkpoints_intact "$ckpt" "$mnt/ck" 5
     [ "$elapsed" -le 60 ] || fail "took $elapsed s to fail"
     ;;
   nearly_full)
     n=$(out_count "\[r[01]\].*checkpoint.dir='$dir': no space left on device for a checkpoint: it needs about [0-9]* MiB, the file system has 0 MiB (97 KiB) free")
-    [ "$n" -ge 2 ] || fail "'no space left on device for a checkpoint' with both figures from $n ranks, expected 2"
+    [ "$n" -ge 1 ] || fail "no rank said 'no space left on device for a checkpoint' with both figures"
     expect_not_trained
     ;;
   readonly)
     n=$(out_count "\[r[01]\].*checkpoint.dir='$dir'.*not writable")
-    [ "$n" -ge 2 ] || fail "'not writable' from $n ranks, expected 2"
+    [ "$n" -ge 1 ] || fail "no rank said 'not writable'"
     expect_not_trained
     ;;
 esac

@@ -554,6 +554,17 @@ std::string did_you_mean(const std::string& name) {
     if (d < best_d) best_d = d, best = k.name;
   }
   if (!best.empty()) return "; did you mean '" + best + "'?";
+  // The right key in the wrong section (train.lr for optim.lr): the same
+  // name after the dot, in whichever sections have it.
+  if (const auto dot = name.find('.'); dot != std::string::npos) {
+    const std::string leaf = name.substr(dot);
+    std::string same;
+    for (const auto& k : key_table())
+      if (k.name.size() > leaf.size() && k.name.compare(k.name.size() - leaf.size(), leaf.size(), leaf) == 0 &&
+          k.name.find('.') == k.name.size() - leaf.size())
+        same += (same.empty() ? "'" : ", '") + k.name + "'";
+    if (!same.empty()) return "; did you mean " + same + "?";
+  }
   if (!sections.count(section_of(name))) {
     std::string list;
     for (const auto& s : sections) list += (list.empty() ? "" : ", ") + s;
@@ -578,7 +589,8 @@ std::string did_you_mean(const std::string& name) {
   if (dynamic_cast<const po::multiple_occurrences*>(&e)) {
     throw ConfigError(std::string("key given twice") + where + ": " + e.what());
   }
-  throw ConfigError(std::string("deck error") + where + ": " + e.what());
+  // mpi_main says "deck error: " before this: name only where it is.
+  throw ConfigError((where.empty() ? std::string() : where.substr(1) + ": ") + e.what());
 }
 
 Config from_vm(const po::variables_map& vm) {

@@ -14,8 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <cstdlib>
-#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,6 +22,8 @@ namespace wlb::core {
 
 namespace {
 std::atomic<void (*)()> g_before_abort{nullptr};
+// The program's name for messages ("wlb4d-plan: error: ..."): argv[0]'s file name.
+std::string g_program = "wlb4d";
 }  // namespace
 
 void set_before_abort(void (*fn)()) { g_before_abort.store(fn); }
@@ -67,14 +68,15 @@ bool every_rank_failed(MPI_Comm comm) {
   return true;
 }
 
-/// Says a deck error once: true when every rank of comm failed with the same
-/// text within 5 s (rank 0 has printed it), false when they differ or a rank
-/// did not arrive (the caller prints its own and aborts).
-bool deck_error_said_once(MPI_Comm comm, int rank, const char* what) {
+/// Says an error once: true when every rank of comm failed with the same
+/// text within 5 s (the lowest rank, 0, has printed it as "KIND: text"),
+/// false when they differ or a rank did not arrive (the caller prints its
+/// own and aborts).
+bool said_once(MPI_Comm comm, int rank, const char* kind, const char* what) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   if (size == 1) {
-    std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, what);
+    std::fprintf(stderr, "[r%d] %s: %s: %s\n", rank, g_program.c_str(), kind, what);
     return true;
   }
   // {min hash, -max hash} over ranks: equal texts everywhere iff min = max.
@@ -91,7 +93,7 @@ bool deck_error_said_once(MPI_Comm comm, int rank, const char* what) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (out[0] != -out[1]) return false;  // the ranks differ: each says its own
-  if (rank == 0) std::fprintf(stderr, "[r0] wlb4d: deck error: %s\n", what);
+  if (rank == 0) std::fprintf(stderr, "[r0] %s: %s: %s\n", g_program.c_str(), kind, what);
   return true;
 }
 }  // namespace
@@ -110,6 +112,10 @@ const char* mpi_thread_level_name() {
 }
 
 int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
+  if (argc > 0 && argv[0] && *argv[0]) {
+    g_program = argv[0];
+    if (const auto slash = g_program.rfind('/'); slash != std::string::npos) g_program.erase(0, slash + 1);
+  }
   int provided = 0;
   // MULTIPLE for the asynchronous checkpoint writer (checkpoint.async); the
   // trainer falls back to synchronous saves where it is not provided.
@@ -147,24 +153,24 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   args.push_back(nullptr);
   try {
     if (!kokkos_help) code = body(body_argc, args.data());
-  } catch (const ConfigError& e) {
-    // Every rank parsed the same deck: all of them get here with the same
-    // message. It is said once, by the lowest rank, when every rank agrees
-    // within a bounded wait; otherwise each rank says its own and the job is
-    // aborted (a rank that did not fail would wait forever for the others).
-    code = 2;
-    if (!deck_error_said_once(agree_comm, rank, e.what())) {
-      std::fprintf(stderr, "[r%d] wlb4d: deck error: %s\n", rank, e.what());
-      abort_job = world_size() > 1;
-    }
   } catch (const InternalError& e) {
-    std::fprintf(stderr, "[r%d] wlb4d: internal error (a bug in wlb4d, please report it): %s\n", rank, e.what());
+    std::fprintf(stderr, "[r%d] %s: internal error (a bug in wlb4d, please report it): %s\n", rank, g_program.c_str(), e.what());
     code = 3;
     abort_job = true;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[r%d] wlb4d: error: %s\n", rank, e.what());
-    code = 1;
-    abort_job = true;
+    // Bad input that every rank meets the same way (a deck error, a missing
+    // dataset or checkpoint, a world-size mismatch) is said once, by the
+    // lowest rank, when every rank agrees on the text within a bounded wait;
+    // the ranks then finalize together and exit with the code (2 for a deck
+    // error, 1 otherwise). Otherwise each rank says its own and the job is
+    // ended below (a rank that did not fail would wait forever for the others).
+    const bool deck = dynamic_cast<const ConfigError*>(&e) != nullptr;
+    code = deck ? 2 : 1;
+    const char* kind = deck ? "deck error" : "error";
+    if (!said_once(agree_comm, rank, kind, e.what())) {
+      std::fprintf(stderr, "[r%d] %s: %s: %s\n", rank, g_program.c_str(), kind, e.what());
+      abort_job = world_size() > 1;
+    }
   }
   std::fflush(stderr);
   std::fflush(stdout);

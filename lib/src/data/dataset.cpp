@@ -630,6 +630,25 @@ void TokenDataset::read_tokens(std::int64_t begin, std::int64_t count, token_t* 
   impl_->read_range(begin, count, out);
 }
 
+std::string TokenDataset::content_identity(const std::string& identity) {
+  std::string out, field;
+  // Entries are joined by '|', fields by ';': keep every field but path= and mtime=.
+  for (std::size_t i = 0; i <= identity.size(); ++i) {
+    const char c = i < identity.size() ? identity[i] : '\0';
+    if (c == ';' || c == '|' || c == '\0') {
+      if (field.rfind("path=", 0) != 0 && field.rfind("mtime=", 0) != 0) {
+        if (!out.empty() && out.back() != '|') out += ';';
+        out += field;
+      }
+      if (c == '|') out += '|';
+      field.clear();
+    } else {
+      field += c;
+    }
+  }
+  return out;
+}
+
 std::string TokenDataset::identity() const {
   if (!impl_->identity_cache.empty()) return impl_->identity_cache;
   std::string all;

@@ -1060,7 +1060,14 @@ struct Trainer::Impl {
     // A newest checkpoint written for another model is skipped like a corrupt one (resume=auto).
     const auto path = resume_path();
     if (!path) {
-      if (!cfg.checkpoint.init_from.empty()) init_from_weights();
+      if (!cfg.checkpoint.init_from.empty()) {
+        init_from_weights();
+      } else if (cfg.checkpoint.resume == "auto" && !cfg.checkpoint.dir.empty() && grid.rank() == 0) {
+        // Say it: a restarted job that finds nothing to resume (a wrong
+        // checkpoint.dir) must not look like one that resumed.
+        spdlog::info("checkpoint.resume=auto: no checkpoint to resume in checkpoint.dir='{}'; starting at step 0",
+                     cfg.checkpoint.dir);
+      }
       return;
     }
     if (!cfg.checkpoint.init_from.empty() && grid.rank() == 0)
@@ -1097,9 +1104,15 @@ struct Trainer::Impl {
                    *path, step, r.info.program_version, r.info.layout[0], r.info.layout[1], r.info.layout[2],
                    r.info.layout[3], r.info.precision.empty() ? std::string("not recorded") : r.info.precision,
                    cfg.train.precision);
-      if (r.info.dataset_identity != train_ds.identity())
+      // Only what the data is matters: the same files copied to another
+      // folder (a node-local disk) or touched are the same dataset.
+      using TD = data::TokenDataset;
+      if (TD::content_identity(r.info.dataset_identity) != TD::content_identity(train_ds.identity()))
         spdlog::warn("data.train changed since the checkpoint: was {}, is {}", r.info.dataset_identity,
                      train_ds.identity());
+      else if (r.info.dataset_identity != train_ds.identity())
+        spdlog::info("data.train: the same files (sizes, documents, offsets) at another path or time than the "
+                     "checkpoint's: was {}, is {}", r.info.dataset_identity, train_ds.identity());
       if (!r.info.cost_source.empty() &&
           (r.info.cost_a != cost.a || r.info.cost_b != cost.b || r.info.cost_c != cost.c))
         spdlog::warn("the checkpoint planned with another cost model ({}: a = {:.3e}, b = {:.3e}, c = {:.3e}) than "

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <hdf5.h>
 
@@ -146,6 +148,27 @@ TEST(TokenDataset, MovableAndIdentity) {
   auto c = TokenDataset::open(tiny_bytes_h5());
   c = std::move(b);
   EXPECT_EQ(c.identity(), id);
+}
+
+// A copy of the file elsewhere, touched later, is the same data: only path
+// and mtime differ, and the content identity drops exactly those.
+TEST(TokenDataset, ContentIdentityIgnoresPathAndMtimeOnly) {
+  const auto copy = test::scratch("tiny-bytes-copy.h5");
+  std::filesystem::copy_file(tiny_bytes_h5(), copy, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::last_write_time(copy, std::filesystem::file_time_type::clock::now() + std::chrono::hours(1));
+  const auto a = TokenDataset::open(tiny_bytes_h5()).identity();
+  const auto b = TokenDataset::open(copy.string()).identity();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(TokenDataset::content_identity(a), TokenDataset::content_identity(b));
+  EXPECT_EQ(TokenDataset::content_identity(a).find("path="), std::string::npos);
+  EXPECT_EQ(TokenDataset::content_identity(a).find("mtime="), std::string::npos);
+  EXPECT_NE(TokenDataset::content_identity(a).find(";offsets_fnv1a="), std::string::npos);
+  // Two files: the entries stay apart, each without its path and mtime.
+  EXPECT_EQ(TokenDataset::content_identity("path=/a;size=1;mtime=2;docs=3|path=/b;size=4;mtime=5;docs=6"),
+            "size=1;docs=3|size=4;docs=6");
+  // Another document boundary is another dataset.
+  EXPECT_NE(TokenDataset::content_identity("path=/a;size=1;mtime=2;docs=3;offsets_fnv1a=x"),
+            TokenDataset::content_identity("path=/a;size=1;mtime=2;docs=3;offsets_fnv1a=y"));
 }
 
 TEST(TokenDataset, SentencePieceDatasetCarriesItsModel) {

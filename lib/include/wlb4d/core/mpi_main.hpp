@@ -3,17 +3,17 @@
 /// \brief The common main() of wlb4d's MPI programs: MPI + Kokkos start-up,
 /// and loud, collective failure (DESIGN §3).
 ///
-/// Errors every rank detects identically (a bad deck, a world-size mismatch)
-/// are printed once, by rank 0, when every rank reports the same text within
-/// 5 s (a side communicator's nonblocking reduction of the text's hash); all
-/// ranks then finalize and return 2 — a clean collective exit with no hang
-/// and no abort banner. Where ranks differ, or one did not fail, each failing
-/// rank prints its own message and the job is aborted.
-/// Any other exception is printed by every rank that hit it; when every rank
-/// failed (a barrier on a side communicator completes within 3 s) each exits
-/// with the code at once (no collective is pending, and MPI_Abort's banner
-/// would bury the messages); otherwise the job is aborted (MPI_Abort), so a
-/// rank waiting in a collective cannot hang it.
+/// Errors every rank detects identically (a bad deck, a world-size mismatch,
+/// a missing dataset or checkpoint) are printed once, by rank 0, when every
+/// rank reports the same text within 5 s (a side communicator's nonblocking
+/// reduction of the text's hash); all ranks then finalize and return 2 for a
+/// deck error (ConfigError), 1 for any other — a clean collective exit with
+/// no hang and no abort banner. Where the texts differ, or a rank did not
+/// fail, each failing rank prints its own message; when every rank failed (a
+/// barrier on a side communicator completes within 3 s) each exits with the
+/// code at once, otherwise the job is aborted (MPI_Abort), so a rank waiting
+/// in a collective cannot hang it. An InternalError (a bug) is printed by
+/// every rank that hit it and takes the second path with code 3.
 
 #include <functional>
 
@@ -24,7 +24,8 @@ namespace wlb::core {
 /// sees --help/-h (body does: the tool's own help comes first); --kokkos-help
 /// prints Kokkos' help and returns 0 without running body. body gets argv
 /// without the --kokkos-* flags Kokkos consumed.
-/// \return body's code, 2 after a ConfigError on every rank, otherwise aborts.
+/// \return body's code; 2 after the same ConfigError on every rank, 1 after the
+/// same other error on every rank; otherwise the job ends as described above.
 int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body);
 
 /// A function mpi_main calls right before MPI_Abort (after the error is

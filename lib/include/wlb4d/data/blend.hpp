@@ -65,9 +65,14 @@ class BlendedStream {
   /// The next document (id in ds's numbering, length).
   DocumentStream::Doc next();
   int num_sources() const { return static_cast<int>(streams_.size()); }
-  /// The source holding document doc of ds.
+  /// The source holding document doc of ds. Never throws: a doc outside
+  /// [source_first_doc[0], source_first_doc[n]) is clamped to the first or
+  /// last source.
   int source_of(std::int64_t doc) const;
+  /// Tokens drawn so far per source (n entries; whole documents as next()
+  /// returned them, counted in tokens, across epochs and restores).
   const std::vector<std::int64_t>& tokens_drawn() const { return tokens_; }
+  /// The sampling weights, normalised to sum 1 (n entries).
   const std::vector<double>& weights() const { return weights_; }
   /// Source s's stream (its epoch, documents per epoch).
   const DocumentStream& stream(int s) const { return streams_.at(std::size_t(s)); }
@@ -75,9 +80,13 @@ class BlendedStream {
   State state() const;
   /// \throws core::DataError when s has another number of sources or a position outside its source.
   void restore(const State& s);
-  /// State as int64s for a checkpoint: n, then per source epoch, position, tokens, docs.
+  /// State as 1 + 4·n int64s for a checkpoint (/state/data_sources): n, then
+  /// per source its epoch, position, tokens drawn and documents drawn.
   std::vector<std::int64_t> save() const;
-  /// \throws core::DataError when v is not save()'s form for this many sources.
+  /// Restores save()'s form.
+  /// \throws core::DataError when v is not 1 + 4·v[0] values, when v[0]
+  ///         differs from num_sources() (the checkpoint blends another number
+  ///         of sources), or when a position lies outside its source.
   void load(const std::vector<std::int64_t>& v);
 
  private:

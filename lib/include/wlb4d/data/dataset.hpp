@@ -133,6 +133,12 @@ class TokenDataset {
   /// (several files: one such entry each, joined by '|'): stored in
   /// checkpoints to detect a changed dataset on resume. O(num_docs) once, then cached.
   std::string identity() const;
+  /// An identity() string without its path= and mtime= fields: what stays
+  /// when the same files are copied, moved or touched (e.g. staged to a
+  /// node-local disk). Two datasets with equal content identities have the
+  /// same sizes, documents, tokens and document offsets. Never throws; a
+  /// string not in identity()'s form is returned as it is.
+  static std::string content_identity(const std::string& identity);
   /// /tokenizer/model: a serialized sentencepiece model or a tokenizer.json's
   /// text ("" for the bytes tokenizer); read at open.
   std::string tokenizer_model() const;
