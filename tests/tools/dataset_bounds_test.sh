@@ -54,14 +54,14 @@ ranks() { out_count -E -- "\[r[01]\].*$1"; }
 rule="a dataset's declared size must be backed by data stored in the file"
 for np in 1 2; do
   train $np sparse.h5
-  [ "$(ranks "sparse.h5: dataset 'tokens' declares 1099511627776 elements \(4398046511104 bytes\) but only [0-9]+ (compressed )?bytes are stored in the file.*: $rule")" -ge $np ] ||
-    fail "sparse.h5: not every rank of $np named /tokens and the rule"
+  [ "$(ranks "sparse.h5: dataset 'tokens' declares 1099511627776 elements \(4398046511104 bytes\) but only [0-9]+ (compressed )?bytes are stored in the file.*: $rule")" -ge 1 ] ||
+    fail "sparse.h5: no rank of $np named /tokens and the rule (said once when every rank has the same text)"
   train $np holes.h5
-  [ "$(ranks "holes.h5: dataset 'tokens' declares 1099511627776 elements .* but the file occupies only [0-9]+ bytes on disk .*: $rule")" -ge $np ] ||
-    fail "holes.h5: not every rank of $np named /tokens and the disk"
+  [ "$(ranks "holes.h5: dataset 'tokens' declares 1099511627776 elements .* but the file occupies only [0-9]+ bytes on disk .*: $rule")" -ge 1 ] ||
+    fail "holes.h5: no rank of $np named /tokens and the disk"
   train $np offsets.h5
-  [ "$(ranks "offsets.h5: dataset 'doc_offsets' declares 137438953472 elements .* no data stored in the file.*: $rule")" -ge $np ] ||
-    fail "offsets.h5: not every rank of $np named /doc_offsets and the rule"
+  [ "$(ranks "offsets.h5: dataset 'doc_offsets' declares 137438953472 elements .* no data stored in the file.*: $rule")" -ge 1 ] ||
+    fail "offsets.h5: no rank of $np named /doc_offsets and the rule"
 done
 # wlb4d-plan reads /doc_offsets of plan.lengths = a dataset.
 run_timed 30 "$plan" "$src/tests/unit/balance/plan-small.ini" --plan.lengths="$work/offsets.h5"

@@ -13,7 +13,12 @@ per-step loss and global gradient norm of the timing CSV with those of the
   loss         rtol 1e-5 (fp32), 1e-4 (bf16, with or without bf16 gradient
                reduction; measured worst 1.7e-5, bf16 reduction on dp2 x cp2)
   grad norm    rtol 1e-4 (fp32; the parameters agree to ~1e-5 after a step),
-               2e-3 (bf16; measured worst 2.3e-4; one bf16 ulp is 3.9e-3)
+               2^-8 = 3.9e-3 (bf16: its unit roundoff u; another layout splits
+               the micro-batches and GEMMs differently, so other partial sums
+               are rounded to bf16, which can move the norm by up to about u.
+               Measured worst 2.9e-3 with OpenBLAS's Haswell kernel, where the
+               host BLAS attention path runs, single-threaded as under ctest;
+               2.3e-4 with the generic kernel and the portable attention path)
 
 A pair that a rule of wlb4d forbids must be refused: non-zero exit with a
 "deck error:" naming both keys, said once for every rank (REFUSED lists them with the rule).
@@ -65,7 +70,8 @@ MODEL = ["--model.layers=4", "--model.d_model=128", "--model.heads=4", "--model.
          "--model.ffn_hidden=344"]
 COMMON = ["--optim.eps=1e-6", "--balance.packer=fixed", "--balance.sharding=sequence", "--train.print_every=1",
           "--checkpoint.at_end=false", "--checkpoint.resume=never", "--log.timing_file="]
-TOL = {None: (1e-5, 1e-4), "bf16": (1e-4, 2e-3), "bf16_reduce": (1e-4, 2e-3)}
+BF16_U = 2.0 ** -8  # bf16's unit roundoff (8 significand bits)
+TOL = {None: (1e-5, 1e-4), "bf16": (1e-4, BF16_U), "bf16_reduce": (1e-4, BF16_U)}
 
 
 def read_csv(path):

@@ -43,7 +43,8 @@ run_timed 100 "$mpiexec" -n 2 "$wlb4d" "$src/inputs/ci-tiny.ini" --parallel.dp=2
 printf '%s\n' "$out"
 expect_job_failed
 n=$(out_count -F "$key='$path': $want")
-[ "$n" -ge 2 ] || fail "\"$key='$path': $want\" from $n ranks, expected 2"
+# Every rank meets the same path: said once by rank 0 (or by each, if the texts differ).
+[ "$n" -ge 1 ] || fail "no rank said \"$key='$path': $want\""
 out_has "HDF5-DIAG" && fail "HDF5's raw error stack was printed"
 out_has "calibrated" && fail "calibration ran before the check"
 expect_not_trained
