@@ -14,7 +14,7 @@
 # hybrid MPI+OpenMP alternative to dp2 on the same two cores; kernels and
 # OpenBLAS both use the threads, OMP_PROC_BIND=spread OMP_PLACES=cores).
 #   OPENBLAS_MODE=native scripts/bench.sh # unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for this run (OpenBLAS's own
-#                                         # choice); by default an unset OPENBLAS_CORETYPE gets the CPU's best kernel
+#                                         # choice); by default an unset OPENBLAS_CORETYPE gets the CPU's widest kernel
 #   NICE=-15 scripts/bench.sh             # run at a higher priority (as root) on a shared, busy machine
 #   TORCH=1 scripts/bench.sh              # also wlb4d vs PyTorch, same model and tokens (bench/torch_compare.py)
 #
@@ -53,7 +53,7 @@ RUN=""
 [ -n "${NICE:-}" ] && RUN="nice -n $NICE"
 # native: the kernel OpenBLAS picks by itself (the generic fallback on a CPU it
 # does not know); env (default): the environment's OPENBLAS_CORETYPE, or the
-# best kernel the CPU supports when it is unset (scripts/openblas-env.sh).
+# kernel of the CPU's widest instruction set when it is unset (scripts/openblas-env.sh).
 if [ "${OPENBLAS_MODE:-env}" = native ]; then
   unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 else

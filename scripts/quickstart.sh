@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=openblas-env.sh
-source scripts/openblas-env.sh   # the CPU's best OpenBLAS kernel when OPENBLAS_CORETYPE is unset
+source scripts/openblas-env.sh   # OpenBLAS's kernel for the CPU's widest instruction set when OPENBLAS_CORETYPE is unset
 RANKS=${RANKS:-8}
 RUN=runs/quickstart
 scripts/install-deps.sh

@@ -18,7 +18,7 @@ for path in portable blas; do
     cat "attn-$path-$name.log"; echo "attention_path_test: the $path run failed"; exit 1; }
   case $path in
     portable) want="attention: portable team kernel" ;;
-    blas) want="attention: host kernel, tile products via the BLAS" ;;
+    blas) want="attention: portable kernel, host BLAS path: tile products via the BLAS" ;;
   esac
   if grep -q "attention: portable team kernel on " "attn-$path-$name.log"; then
     echo "attention_path_test: skipped: this build has no host BLAS path (device build or no BLAS TPL)"; exit 77

@@ -219,8 +219,9 @@ std::string attention_portable_summary() {
   const std::string why = e && *e && std::string(e) != "auto" ? std::string(", WLB4D_ATTENTION_PATH=") + e : "";
   if (attn_impl::host_blas_tiles()) {
     const AttentionTiles host = attn_impl::host_blas::tiles<float>(64);
-    return "attention: host kernel, tile products via the BLAS (" + std::to_string(host.queries) + " x " +
-           std::to_string(host.keys) + " blocks, FA-2 backward with 5 GEMMs" + why + ")";
+    return "attention: portable kernel, host BLAS path: tile products via the BLAS (" +
+           std::to_string(host.queries) + " x " + std::to_string(host.keys) +
+           " blocks, FA-2 backward with 5 GEMMs" + why + ")";
   }
   return "attention: portable team kernel (" + std::to_string(tiled.queries) + " x " + std::to_string(tiled.keys) +
          " tiles" + (why.empty() ? "; the BLAS kernel " + core::probe_blas().core + " is below its SIMD level" : why) +

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/openblas-env.sh (the BLAS kernel check): an unset OPENBLAS_CORETYPE gets the
-# best kernel the (fixture) CPU supports; a set value is never changed; the
+# kernel of the (fixture) CPU's widest instruction set; a set value is never changed; the
 # opt-out works. Each case runs in its own bash with a fixture cpuinfo; the
 # test's own environment is not changed.
 set -euo pipefail
