@@ -195,12 +195,14 @@ def pairs_of(pieces, full):
 
 
 # ---------------------------------------------------------------- PyTorch model
-def build_torch(m, seed, same_init=True, attention="masked", sdpa=None):
+def build_torch(m, seed, same_init=True, attention="masked", sdpa=None, init_device=None):
     """The Llama model from wlb4d's initial weights. attention: "masked"
     (full T×T scores, masked_fill with the mask True = masked) or "sdpa"
     (sdpa(q, k, v, attn_mask) with the mask True = attend; sdpa defaults to
     F.scaled_dot_product_attention, the self-test passes a shim on a torch
-    without it)."""
+    without it). init_device (a CUDA device): wlb4d's RNG runs there
+    (wlb4d_normal_torch) instead of in numpy, seconds instead of a minute for
+    a GPT-2-small-sized model."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as Fn
@@ -284,7 +286,9 @@ def build_torch(m, seed, same_init=True, attention="masked", sdpa=None):
             if p.dim() != 2:
                 continue  # norm weights: 1 (RMSNorm's init)
             std = m["init_std"] * (resid if name.endswith(("wo.weight", "w_down.weight")) else 1.0)
-            if same_init:
+            if same_init and init_device is not None:
+                p.copy_((std * wlb4d_normal_torch(seed, wlb4d_name(name), p.numel(), init_device)).float().view(p.shape))
+            elif same_init:
                 w = (std * wlb4d_normal(seed, wlb4d_name(name), p.numel())).astype("float32")
                 p.copy_(torch.from_numpy(w).view(p.shape))
             else:
@@ -309,15 +313,49 @@ def _splitmix64(x):  # core/hash.hpp, on numpy uint64 (wrapping arithmetic)
     return x ^ (x >> np.uint64(31))
 
 
+def _fnv1a(name):
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _splitmix64_torch(x):
+    """_splitmix64 on int64 tensors: the same bits, since int64 + and *
+    wrap like uint64's; >> is arithmetic on int64, so the sign-filled top bits
+    are masked off to make it logical."""
+    def i64(c):  # a uint64 constant as the int64 with its bits
+        return c - (1 << 64) if c >= 1 << 63 else c
+
+    def shr(v, k):
+        return (v >> k) & ((1 << (64 - k)) - 1)
+    x = x + i64(0x9E3779B97F4A7C15)
+    x = (x ^ shr(x, 30)) * i64(0xBF58476D1CE4E5B9)
+    x = (x ^ shr(x, 27)) * i64(0x94D049BB133111EB)
+    return x ^ shr(x, 31)
+
+
+def wlb4d_normal_torch(seed, name, n, device):
+    """wlb4d_normal computed with torch on device (fp64 result there)."""
+    import numpy as np
+    import torch
+    with np.errstate(over="ignore"):
+        key = int(_splitmix64(np.uint64(seed) ^ _splitmix64(np.array([_fnv1a(name)], dtype=np.uint64)))[0])
+    key = key - (1 << 64) if key >= 1 << 63 else key
+    i = torch.arange(n, dtype=torch.int64, device=device)
+    mant = (1 << 53) - 1  # >> 11 of a uint64: its top 53 bits
+    u1 = (((_splitmix64_torch(key + 2 * i) >> 11) & mant).double() + 0.5) / 9007199254740992.0
+    u2 = ((_splitmix64_torch(key + 2 * i + 1) >> 11) & mant).double() / 9007199254740992.0
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+
+
 def wlb4d_normal(seed, name, n):
     """wlb4d's layout-independent init (params.cpp init_normal): Box-Muller on
     two splitmix64 draws keyed by (seed, FNV-1a of the name, global index), so
     the PyTorch model starts from wlb4d's very weights (row-major = global index
     on one rank). fp64; the caller rounds std·value to fp32, as wlb4d does."""
     import numpy as np
-    h = 0xCBF29CE484222325
-    for b in name.encode():
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    h = _fnv1a(name)
     with np.errstate(over="ignore"):
         key = _splitmix64(np.uint64(seed) ^ _splitmix64(np.array([h], dtype=np.uint64)))[0]
         out = np.empty(n, dtype=np.float64)
@@ -402,7 +440,7 @@ def run_torch(m, opt, batches, seed, threads, device="cpu", precision="fp32", at
         model = build_torch(m, seed, same_init=False, attention=attention, sdpa=sdpa)
         model.load_state_dict(_INIT[key])
     else:
-        model = build_torch(m, seed, attention=attention, sdpa=sdpa)
+        model = build_torch(m, seed, attention=attention, sdpa=sdpa, init_device=dev if cuda else None)
         _INIT[key] = {k: v.clone() for k, v in model.state_dict().items()}
     model.to(dev)  # fp32 parameters: the master weights AdamW updates
     dec = [p for p in model.parameters() if p.dim() == 2]
@@ -591,6 +629,14 @@ def self_test(args):
     same = back_vocab == m["data_vocab"] and all(
         list(a[0]) == list(b[0]) and list(a[1]) == list(b[1]) for sa, sb in zip(batches, back) for a, b in zip(sa, sb))
     check(same, f"--batches {os.path.basename(npz)}: the same {steps} x {M} micro-batches as the HDF5 file")
+
+    # The CUDA init (wlb4d's RNG in torch int64, on the device) gives the
+    # numpy path's fp32 weights; fp64 log/cos may differ in the last bit.
+    import numpy as np
+    init_same = all(np.array_equal((0.02 * wlb4d_normal(seed, nm, n)).astype(np.float32),
+                                   (0.02 * wlb4d_normal_torch(seed, nm, n, "cpu")).float().numpy())
+                    for seed, nm, n in [(1234, "embed.weight", 65536), (2 ** 40 + 7, "layers.1.attn.wq", 4096)])
+    check(init_same, "wlb4d_normal_torch (the --device cuda init) = wlb4d_normal in fp32, bit for bit")
 
     # The SDPA path's mask: the masked path's negated (a boolean attn_mask is
     # True = attend), and both equal the document-causal rule pair by pair.
