@@ -630,6 +630,22 @@ def self_test(args):
         list(a[0]) == list(b[0]) and list(a[1]) == list(b[1]) for sa, sb in zip(batches, back) for a, b in zip(sa, sb))
     check(same, f"--batches {os.path.basename(npz)}: the same {steps} x {M} micro-batches as the HDF5 file")
 
+    # The MFU peak of --device cuda: the device table row of the GPU's name
+    # through wlb4d-plan --devices (a stand-in for torch.cuda's name here).
+    class _Cuda:
+        @staticmethod
+        def get_device_name(_):
+            return "NVIDIA H100 80GB HBM3"
+    fake = type("torch", (), {"cuda": _Cuda})
+    for prec in ("fp32", "bf16"):
+        pk, why = device_peak(argparse.Namespace(peak_tflops=0.0, device="cuda", precision=prec, wlb4d=args.wlb4d), fake)
+        plan = subprocess.run([os.path.join(os.path.dirname(args.wlb4d), "wlb4d-plan"), "--devices"],
+                              capture_output=True, text=True).stdout.splitlines()
+        row = next((r.split(",") for r in plan[1:] if r.startswith("h100,")), None)
+        want = row and float(row[4 if prec == "bf16" else 2])
+        check(pk is not None and pk == want, f"MFU peak at {prec} for 'NVIDIA H100 80GB HBM3': {pk} TFLOP/s ({why}) "
+              f"= the device table's h100 row {want}")
+
     # The CUDA init (wlb4d's RNG in torch int64, on the device) gives the
     # numpy path's fp32 weights; fp64 log/cos may differ in the last bit.
     import numpy as np

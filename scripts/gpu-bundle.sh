@@ -126,10 +126,18 @@ H=$(cd "$HOST_BUILD_DIR/app" && pwd)
   --val-fraction 0.1 --val-output "$P/data/sotu-val.h5" >/dev/null
 # The PyTorch peer's micro-batches (gpu-check.sh step 5, tools/torch_compare.py
 # --batches): packed here from the HDF5 file, since the GPU machine's Python
-# may have torch but no h5py. No .npz without h5py here: step 5 then says so.
-peer_steps=4
-${PYTHON:-python3} bench/torch_compare.py inputs/bench-gpt2-small.ini --wlb4d "$H/wlb4d" --steps $peer_steps \
-  --write-batches "$P/data/peer-gpt2-small.npz" --data.train="$P/data/sotu-train.h5"
+# may have torch but no h5py. PYTHON, else the first of python3 and
+# /usr/bin/python3 with h5py and numpy; with none, no .npz (step 5 says so).
+peer_py=
+for py in ${PYTHON:-} python3 /usr/bin/python3; do
+  if "$py" -c 'import h5py, numpy' 2>/dev/null; then peer_py=$py; break; fi
+done
+if [ -n "$peer_py" ]; then
+  "$peer_py" bench/torch_compare.py inputs/bench-gpt2-small.ini --wlb4d "$H/wlb4d" --steps 4 \
+    --write-batches "$P/data/peer-gpt2-small.npz" --data.train="$P/data/sotu-train.h5"
+else
+  echo "gpu-bundle: no Python with h5py and numpy here: no data/peer-gpt2-small.npz (gpu-check.sh skips the PyTorch peer)"
+fi
 # CPU reference losses (fp32, 1 rank, 10 steps), the numbers gpu-check.sh's
 # equivalence check compares the device against (layout equivalence makes the
 # 1-rank run the reference of every layout).
