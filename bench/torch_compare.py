@@ -18,7 +18,7 @@ to fp32 accuracy, not only ≈ ln(vocab) at step 1. Loss: Σ CE over the
 step's target tokens / their count; padded vocabulary columns (model.vocab_size
 above the dataset's) are masked out of the softmax, as wlb4d does. AdamW with
 the deck's lr schedule (linear warm-up, cosine to min_lr), betas, eps, weight
-decay on matrices only, global-norm clip; fp32.
+decay on matrices only, global-norm clip; fp32 (--precision bf16: below).
 
 Tokens: wlb4d runs with --data.shuffle=false, so its stream is the dataset's
 document order; the fixed packer concatenates the documents and cuts every
@@ -27,8 +27,8 @@ piece (a document, or the part of it inside one micro-batch) is its own
 document for the mask, the positions (restarting at 0) and the labels (a
 piece's last token has no target) — exactly batch.cpp's rule, rebuilt here
 from /doc_offsets. PyTorch 1.13 has no fused attention for CPU, so it computes
-the full T×T scores and masks them (document-causal); wlb4d's kernel skips the
-masked pairs. Hence both FLOP counts are printed:
+the full T×T scores and masks them (document-causal; --attention masked, the
+default where torch has no SDPA); wlb4d's kernel skips the masked pairs. Hence both FLOP counts are printed:
   full:   6·N_mm + 12·L·d·T per token (every T×T pair, what PyTorch computes)
   causal: 6·N_mm·tokens + 12·L·d·pairs, pairs = Σ_pieces n(n+1)/2 (what wlb4d
           prints: model::model_flops)
@@ -53,8 +53,8 @@ beside the bundle's wlb4d, docs/gpu.md):
                          the micro-batch's document-causal boolean attn_mask
                          (True = attend; the masked path's mask negated, one
                          construction: doc_causal_mask), KV heads expanded for
-                         GQA, so CUDA can pick a fused backend (memory-efficient
-                         or cuDNN; flash takes no mask). masked: the full T×T
+                         GQA, so CUDA can pick a fused backend that takes a
+                         mask (memory-efficient; flash takes none). masked: the full T×T
                          scores and masked_fill. Default sdpa where torch has
                          it, else masked. Same losses either way.
   --peak-tflops X        MFU = causal-pairs FLOP/s / X for both columns; without
@@ -201,8 +201,8 @@ def build_torch(m, seed, same_init=True, attention="masked", sdpa=None, init_dev
     (sdpa(q, k, v, attn_mask) with the mask True = attend; sdpa defaults to
     F.scaled_dot_product_attention, the self-test passes a shim on a torch
     without it). init_device (a CUDA device): wlb4d's RNG runs there
-    (wlb4d_normal_torch) instead of in numpy, seconds instead of a minute for
-    a GPT-2-small-sized model."""
+    (wlb4d_normal_torch) instead of in numpy, which takes about half a minute
+    for GPT-2 small's 162 M values."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as Fn
