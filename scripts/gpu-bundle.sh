@@ -6,7 +6,10 @@
 # toolkit or its PyTorch wheels; cuBLASLt alone is 540 MB, cuDNN's engines
 # 400+ MB), mpiexec/hydra, the decks, prepared datasets, and CPU reference
 # losses computed here, so a lent GPU machine with no MPI, HDF5, Boost or
-# Kokkos can run `gpu-check.sh` with nothing but the bundle.
+# Kokkos can run `gpu-check.sh` with nothing but the bundle; and the PyTorch
+# peer (bench/torch_compare.py with its packed micro-batches as an .npz,
+# written here with h5py) that gpu-check.sh runs where the machine's Python
+# has a CUDA PyTorch.
 #
 #   scripts/gpu-bundle.sh OUT        # OUT/gpu-check.sh + OUT/wlb4d-gpu.tar.xz
 #
@@ -114,13 +117,27 @@ for f in "$P"/tests/real/*; do ln -s ../bin/run "$P/tests/$(basename "$f")"; don
 # ---- decks, datasets, CPU references
 cp inputs/ci-base.ini inputs/ci-tiny.ini inputs/ci-tiny.ref.csv inputs/quickstart.ini \
    inputs/bench-quickstart.ini inputs/bench-gpt2-small.ini inputs/bench-1b.ini "$P/inputs/"
-cp tests/tools/check_losses.py "$P/tools/"
+cp tests/tools/check_losses.py bench/torch_compare.py "$P/tools/"
 cp scripts/gpu-bundle/gpu-check.sh "$P/gpu-check.sh"
 H=$(cd "$HOST_BUILD_DIR/app" && pwd)
 "$H/wlb4d-prep" --input tests/data/tiny.jsonl --output "$P/data/tiny-train.h5" >/dev/null
 # The quickstart's datasets, made as README's Data section makes them.
 "$H/wlb4d-prep" --input inputs/corpus/sotu-embedded.jsonl.xz --output "$P/data/sotu-train.h5" \
   --val-fraction 0.1 --val-output "$P/data/sotu-val.h5" >/dev/null
+# The PyTorch peer's micro-batches (gpu-check.sh step 5, tools/torch_compare.py
+# --batches): packed here from the HDF5 file, since the GPU machine's Python
+# may have torch but no h5py. PYTHON, else the first of python3 and
+# /usr/bin/python3 with h5py and numpy; with none, no .npz (step 5 says so).
+peer_py=
+for py in ${PYTHON:-} python3 /usr/bin/python3; do
+  if "$py" -c 'import h5py, numpy' 2>/dev/null; then peer_py=$py; break; fi
+done
+if [ -n "$peer_py" ]; then
+  "$peer_py" bench/torch_compare.py inputs/bench-gpt2-small.ini --wlb4d "$H/wlb4d" --steps 4 \
+    --write-batches "$P/data/peer-gpt2-small.npz" --data.train="$P/data/sotu-train.h5"
+else
+  echo "gpu-bundle: no Python with h5py and numpy here: no data/peer-gpt2-small.npz (gpu-check.sh skips the PyTorch peer)"
+fi
 # CPU reference losses (fp32, 1 rank, 10 steps), the numbers gpu-check.sh's
 # equivalence check compares the device against (layout equivalence makes the
 # 1-rank run the reference of every layout).

@@ -24,6 +24,11 @@
 #      name nvidia-smi gives GPU 0; WLB4D_CHECK_DEVICE=KEY (a plan.device key:
 #      a100 a100-40gb h100 h100-pcie h200) picks the row instead. A device not
 #      in the table gets no MFU columns (empty), the rest of the row stays.
+#   5. optional, where python3 has a CUDA PyTorch: the PyTorch peer
+#      (tools/torch_compare.py: the same model from wlb4d's initial weights, the
+#      same packed micro-batches, data/peer-gpt2-small.npz) on bench-gpt2-small,
+#      bf16 autocast and SDPA, 4 steps beside wlb4d's 4, at most 90 s:
+#      tokens/s and MFU of both under one FLOP formula, and their step-1 losses.
 # WLB4D_CHECK_QUICK=1 (the host-kind bundle test) runs 2 and 3 on the CPU.
 set -uo pipefail
 P=$(cd "$(dirname "$0")" && pwd)
@@ -195,6 +200,31 @@ if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
   done
   grep -h 'bf16 GEMM' "$R"/tput-*-bf16.log 2>/dev/null | head -1 | sed 's/^.*info: /  /'
   echo "  (model FLOP per model::model_flops; steady state = the last of 4 steps; table also in $csv)"
+fi
+
+# ---- 5. the PyTorch peer (optional: needs python3 with a CUDA PyTorch and numpy, not h5py)
+if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
+  say "PyTorch peer beside wlb4d (bench-gpt2-small, bf16, SDPA, 4 steps, at most 90 s)"
+  if [ ! -f "$P/data/peer-gpt2-small.npz" ]; then
+    echo "  skipped: the bundle has no data/peer-gpt2-small.npz (no h5py where it was built)"
+  elif ! python3 -c 'import sys, numpy, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+    echo "  skipped: python3 has no PyTorch that sees a CUDA device (or no numpy)"
+  else
+    # The device table's bf16 peak of step 4 (WLB4D_CHECK_DEVICE included);
+    # without one the script looks the GPU's name up itself.
+    peer_peak=()
+    [ -n "${p_bf16:-}" ] && peer_peak=(--peak-tflops "$p_bf16")
+    if (cd "$R" && timeout 90 python3 "$P/tools/torch_compare.py" "$P/inputs/bench-gpt2-small.ini" --device cuda \
+          --precision bf16 --attention sdpa --batches "$P/data/peer-gpt2-small.npz" --steps 4 --rounds 1 \
+          --threads "$(nproc)" --wlb4d "$P/bin/wlb4d" --mpiexec "$P/bin/mpiexec" ${peer_peak[@]+"${peer_peak[@]}"} \
+          --data.train="$P/data/sotu-train.h5" --comm.backend=nccl >"$R/peer.log" 2>&1); then
+      grep -v '^deck ' "$R/peer.log" | sed 's/^/  /'
+    else
+      rc=$?
+      tail -20 "$R/peer.log"
+      fail "PyTorch peer (exit $rc$([ $rc = 124 ] && echo ': past 90 s'); log: $R/peer.log)"
+    fi
+  fi
 fi
 
 say "gpu-check: $((SECONDS - t_start)) s"
