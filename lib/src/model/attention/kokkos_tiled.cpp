@@ -48,16 +48,20 @@ namespace wlb::model::attn_impl::tiled {
 // which Kokkos does not do for level 0), and the scratch grows with the head
 // dim, so the shape is chosen per call from D and the scalar type
 // (cuda_tiles: the first of 32 × 16, 16 × 8 whose three kernels fit).
-// scratch_bytes() gives per team, fp32, head dim padded to CB = 8 floats
-// (test_model_attention prints the table):
-//            32 × 16 tiles               16 × 8 tiles
-//            forward  dK/dV   dQ         forward  dK/dV   dQ
-//   D = 64   27.1     37.3    40.6 KiB   12.9     17.4    19.1 KiB
-//   D = 128  51.1     69.3    76.6 KiB   24.9     33.4    37.3 KiB
-// so fp32 takes 32 × 16 up to D = 64 and 16 × 8 at D = 128 (all of Llama from
-// 1B up), both in level-0 scratch; fp64 at D = 64 takes 16 × 8 (forward 25,
-// dK/dV 34, dQ 37 KiB). What fits no shape (fp64 at D = 128) runs in level-1
-// scratch (global memory, correct but slower); see scratch_level().
+// scratch_bytes() gives per team (KiB; head dim padded to CB = 8 floats on
+// the device; test_model_attention prints this table):
+//                 32 × 16 tiles            16 × 8 tiles
+//                 forward  dK/dV  dQ       forward  dK/dV  dQ
+//   fp32, D = 64   26.6    36.7   40.6      12.8    17.4   19.3
+//   fp32, D = 128  50.6    68.7   76.6      24.8    33.4   37.3
+//   fp64, D = 64   52.9    72.9   80.9      25.5    34.5   38.5
+// so fp32 takes 32 × 16 up to D = 64 and 16 × 8 at D = 128 (every Llama from
+// 1B up), fp64 at D = 64 takes 16 × 8. What fits no shape (fp64 at D = 128:
+// 49.5 / 66.5 / 74.5 KiB at 16 × 8) runs in level-1 scratch (global memory,
+// correct but slower); see scratch_level(). Kokkos >= 4.6 reports a level-0
+// maximum of 48 KiB minus a team-reduction reserve (40936 bytes), which the
+// 32 × 16 dQ kernel at D = 64 exceeds: scratch_level() then puts that kernel
+// in level 1.
 constexpr int kRB = 4;   // register-block rows
 #if defined(__AVX__) && !defined(__CUDA_ARCH__)
 constexpr int kSimdFloats = 8;
