@@ -470,16 +470,29 @@ Shape tiles_for(int head_dim) {
   return kCudaSpace ? cuda_tiles<Scalar>(head_dim) : kHostTiles;
 }
 
-/// Calls f(Tiles<bq, bk>{}) for the compiled shape equal to s: the CUDA
-/// shapes in every build (a host build runs them in the tests), the host
-/// shape in host builds only (no device code for a shape CUDA never takes).
+// The CUDA shapes are compiled for a host execution space only where
+// WLB4D_ATTENTION_CUDA_TILES_ON_HOST is set (the attention tests, which run
+// them against the reference): the library's host build keeps one
+// instantiation per kernel, so the compiler inlines its helpers as before
+// (more instantiations made GCC outline some of them).
+#if defined(WLB4D_ATTENTION_CUDA_TILES_ON_HOST)
+constexpr bool kCudaTilesCompiled = true;
+#else
+constexpr bool kCudaTilesCompiled = kCudaSpace;
+#endif
+
+/// Calls f(Tiles<bq, bk>{}) for the compiled shape equal to s: the host
+/// shape in host builds only (no device code for a shape CUDA never takes),
+/// the CUDA shapes where kCudaTilesCompiled.
 template <class F>
 void with_tiles(Shape s, F&& f) {
   if constexpr (!kCudaSpace) {
     if (s == kHostTiles) return f(HostTiles{});
   }
-  if (s == kCudaTiles[0]) return f(CudaTiles0{});
-  if (s == kCudaTiles[1]) return f(CudaTiles1{});
+  if constexpr (kCudaTilesCompiled) {
+    if (s == kCudaTiles[0]) return f(CudaTiles0{});
+    if (s == kCudaTiles[1]) return f(CudaTiles1{});
+  }
   throw std::invalid_argument("attention (tiled): no kernel compiled for " + std::to_string(s.bq) + " x " +
                               std::to_string(s.bk) + " tiles");
 }

@@ -62,8 +62,9 @@ template <class Scalar>
 Shape tiles_for(int head_dim);
 
 /// forward / backward (backend.hpp) with the tile shape given: kHostTiles
-/// (host builds only) or one of kCudaTiles. Test hook: the library calls the
-/// backend functions, which pass tiles_for(D).
+/// (host builds only) or one of kCudaTiles (CUDA builds, and host builds with
+/// WLB4D_ATTENTION_CUDA_TILES_ON_HOST: the attention tests). Test hook: the
+/// library calls the backend functions, which pass tiles_for(D).
 /// \throws std::invalid_argument for a shape this build does not compile.
 template <class Scalar>
 void forward(Shape s, View3<const Scalar> q, View3<const Scalar> k, View3<const Scalar> v,
