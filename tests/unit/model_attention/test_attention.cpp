@@ -5,6 +5,8 @@
 // printed (not asserted) micro-timing.
 #include "wlb4d/model/attention.hpp"
 
+#include "attention/tiled.hpp"  // internal: the tiled kernel with an explicit tile shape
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@ using wlb::View1;
 using wlb::View2;
 using wlb::View3;
 using namespace wlb::model;
+namespace tiled = wlb::model::attn_impl::tiled;
 
 /// A problem in host vectors: q [T][Hq][D], k/v [S][Hkv][D], inclusive ranges.
 struct Problem {
@@ -146,16 +149,22 @@ std::vector<double> to_vec(const V& v) {
   return x;
 }
 
-/// Runs the library kernels on p (forward and, if wanted, backward).
+/// Runs the library kernels on p (forward and, if wanted, backward); with a
+/// tile shape, the tiled kernel with that shape instead (tiled.hpp test hook).
 template <class Scalar>
-Result run(const Problem& p, bool with_backward = true) {
+Result run(const Problem& p, bool with_backward = true, tiled::Shape shape = {}) {
+  const bool hook = shape.bq > 0;
+  const wlb::model::attn_impl::Dims dm{p.T, p.S, p.Hq, p.Hkv, p.D};
   auto q = to_view3<Scalar>(p.q, p.T, p.Hq, p.D, "q");
   auto k = to_view3<Scalar>(p.k, p.S, p.Hkv, p.D, "k");
   auto v = to_view3<Scalar>(p.v, p.S, p.Hkv, p.D, "v");
   auto lo = to_view1(p.lo, "kv_lo"), hi = to_view1(p.hi, "kv_hi");
   View3<Scalar> out("out", p.T, p.Hq, p.D);
   View2<Scalar> lse("lse", p.Hq, p.T);
-  attention_forward(q, k, v, lo, hi, Scalar(p.scale), out, lse);
+  if (hook)
+    tiled::forward<Scalar>(shape, q, k, v, lo, hi, Scalar(p.scale), out, lse, dm);
+  else
+    attention_forward(q, k, v, lo, hi, Scalar(p.scale), out, lse);
   Result r;
   r.out = to_vec(out);
   r.lse = to_vec(lse);
@@ -166,7 +175,10 @@ Result run(const Problem& p, bool with_backward = true) {
     Kokkos::deep_copy(dq, Scalar(7));
     Kokkos::deep_copy(dk, Scalar(7));
     Kokkos::deep_copy(dv, Scalar(7));
-    attention_backward(q, k, v, out, dout, lse, lo, hi, Scalar(p.scale), dq, dk, dv);
+    if (hook)
+      tiled::backward<Scalar>(shape, q, k, v, out, dout, lse, lo, hi, Scalar(p.scale), dq, dk, dv, dm);
+    else
+      attention_backward(q, k, v, out, dout, lse, lo, hi, Scalar(p.scale), dq, dk, dv);
     r.dq = to_vec(dq);
     r.dk = to_vec(dk);
     r.dv = to_vec(dv);
@@ -418,9 +430,9 @@ TEST(Attention, ShapeErrorsThrow) {
   EXPECT_NO_THROW(attention_forward(q, k, v, lo, hi, 0.25, out, lse));
 }
 
-// Tile shapes per execution space (attention/kokkos_tiled.cpp, TileShape): on a GPU every
-// fp32 kernel's team scratch for D <= 64 must fit the default 48 KiB per team
-// (on-chip level 0); on the host the 64 × 64 tiles may use any amount.
+// Tile shapes per execution space (attention/tiled.hpp): on a GPU every fp32
+// kernel's team scratch for D <= 64 and D = 128 must fit the default 48 KiB
+// per team (on-chip level 0); on the host the 64 × 64 tiles may use any amount.
 TEST(Attention, TilesFitTheTeamScratchOfTheSpace) {
   const AttentionTiles t64 = attention_tiles<float>(64);
   EXPECT_GT(t64.forward_bytes, 0u);
@@ -429,18 +441,93 @@ TEST(Attention, TilesFitTheTeamScratchOfTheSpace) {
   EXPECT_EQ(t64.keys % 8, 0);
 #if defined(KOKKOS_ENABLE_CUDA)
   if (std::is_same<wlb::ExecSpace, Kokkos::Cuda>::value) {
+    // The budget is this GPU's level-0 maximum as Kokkos reports it (Kokkos
+    // >= 4.6: 48 KiB less a team-reduction reserve), capped at 48 KiB: every
+    // fp32 kernel must fit it, i.e. none falls back to global memory.
+    const std::size_t limit = std::min<std::size_t>(48 * 1024, t64.level0_max_bytes);
     EXPECT_EQ(t64.queries, 32);
-    EXPECT_EQ(t64.keys, 16);
-    const std::size_t limit = 48 * 1024;
+    EXPECT_EQ(t64.keys, limit >= 48 * 1024 ? 16 : 8);
     EXPECT_LE(t64.forward_bytes, limit);
     EXPECT_LE(t64.dkdv_bytes, limit);
     EXPECT_LE(t64.dq_bytes, limit);
-    EXPECT_GE(t64.level0_max_bytes, limit);
+    const AttentionTiles t128 = attention_tiles<float>(128);  // Llama's head dim: smaller tiles
+    EXPECT_EQ(t128.queries, 16);
+    EXPECT_EQ(t128.keys, 8);
+    EXPECT_LE(t128.forward_bytes, limit);
+    EXPECT_LE(t128.dkdv_bytes, limit);
+    EXPECT_LE(t128.dq_bytes, limit);
     return;
   }
 #endif
   EXPECT_EQ(t64.queries, 64);
   EXPECT_EQ(t64.keys, 64);
+  const AttentionTiles t128 = attention_tiles<float>(128);  // the host keeps 64 x 64 at every head dim
+  EXPECT_EQ(t128.queries, 64);
+  EXPECT_EQ(t128.keys, 64);
+}
+
+// The CUDA tile shapes (tiled.hpp) run here on the host execution space
+// through the test hook: the same kernel code as on the GPU, at tile sizes
+// the host never takes itself. Documents of length 1, shorter than a key tile,
+// exactly one, longer than a query tile and than two, empty rows, GQA 2 and 4,
+// head dims that need no padding (64, 128) and one that does (24).
+TEST(Attention, CudaTileShapesOnTheHostMatchReference) {
+  for (const tiled::Shape s : tiled::kCudaTiles)
+    for (int D : {64, 128, 24})
+      for (int ratio : {2, 4}) {
+        Problem p = packed({1, 5, 8, 1, 17, 33, 70, 2}, 2 * ratio, 2, D, unsigned(300 + D + ratio));
+        for (int i : {2, 40, 136}) {  // empty rows inside documents
+          p.lo[i] = i + 1;
+          p.hi[i] = i;
+        }
+        SCOPED_TRACE(std::to_string(s.bq) + " x " + std::to_string(s.bk) + " tiles, D=" + std::to_string(D) +
+                     " Hq/Hkv=" + std::to_string(ratio));
+        const Result ref = reference(p);
+        expect_matches(run<double>(p, true, s), ref, 1e-12);
+        expect_matches(run<float>(p, true, s), ref, 1e-4);
+      }
+  EXPECT_EQ(tiled::tiles_for<float>(128), tiled::kHostTiles);  // the host's own choice is untouched
+  EXPECT_THROW(run<float>(packed({4}, 1, 1, 8, 1), true, tiled::Shape{8, 8}), std::invalid_argument);
+}
+
+// Team scratch of the CUDA shapes, computed here by the function the kernels
+// size their scratch with: every fp32 kernel at D = 64 and D = 128 fits the
+// 48 KiB a CUDA block gets without an opt-in (so level-0, on-chip scratch);
+// D = 64 keeps 32 x 16, and at D = 128 that shape would not fit (the reason
+// for the second shape). The table is the one in kokkos_tiled.cpp's comment.
+TEST(Attention, CudaTileShapesFitLevel0Scratch) {
+  const std::size_t budget = 48 * 1024;
+  EXPECT_EQ(tiled::kCudaScratchBudget, budget);
+  auto kib = [](std::size_t b) { return double(b) / 1024.0; };
+  for (const tiled::Shape s : tiled::kCudaTiles)
+    for (int D : {64, 128}) {
+      const tiled::ScratchBytes f = tiled::scratch_bytes<float>(s, D), d = tiled::scratch_bytes<double>(s, D);
+      std::printf("  %2d x %2d tiles, D=%3d: fp32 forward %.1f dK/dV %.1f dQ %.1f KiB | "
+                  "fp64 forward %.1f dK/dV %.1f dQ %.1f KiB\n",
+                  s.bq, s.bk, D, kib(f.forward), kib(f.dkdv), kib(f.dq), kib(d.forward), kib(d.dkdv), kib(d.dq));
+    }
+  for (int D : {64, 128}) {
+    const tiled::Shape s = tiled::cuda_tiles<float>(D);
+    const tiled::ScratchBytes b = tiled::scratch_bytes<float>(s, D);
+    SCOPED_TRACE("D=" + std::to_string(D) + ": " + std::to_string(s.bq) + " x " + std::to_string(s.bk));
+    EXPECT_LE(b.forward, budget);
+    EXPECT_LE(b.dkdv, budget);
+    EXPECT_LE(b.dq, budget);
+  }
+  EXPECT_EQ(tiled::cuda_tiles<float>(64), (tiled::Shape{32, 16}));
+  EXPECT_NE(tiled::cuda_tiles<float>(128), (tiled::Shape{32, 16}));
+  EXPECT_GT(tiled::scratch_bytes<float>(tiled::Shape{32, 16}, 128).max(), budget);
+  // Kokkos >= 4.6 reports scratch_size_max(0) = 48 KiB minus its worst-case
+  // team-reduction reserve ((1024 + 2) * 8 + 8 bytes) = 40936 on such a GPU,
+  // and scratch_level() compares with that: D = 128 fits it too.
+  EXPECT_LE(tiled::scratch_bytes<float>(tiled::cuda_tiles<float>(128), 128).max(), std::size_t(40936));
+  // Under that budget D = 64 takes 32 x 8 rather than running 32 x 16's dQ
+  // kernel in level 1; every fp32 kernel at D = 64 and 128 fits it.
+  const std::size_t kokkos46 = 40936;
+  EXPECT_GT(tiled::scratch_bytes<float>(tiled::Shape{32, 16}, 64).max(), kokkos46);
+  EXPECT_EQ(tiled::cuda_tiles<float>(64, kokkos46), (tiled::Shape{32, 8}));
+  for (int D : {64, 128})
+    EXPECT_LE(tiled::scratch_bytes<float>(tiled::cuda_tiles<float>(D, kokkos46), D).max(), kokkos46) << "D=" << D;
 }
 
 TEST(Attention, FlopCount) {

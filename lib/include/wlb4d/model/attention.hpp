@@ -111,11 +111,11 @@ void attention_backward(no_deduce_t<CView3<Scalar>> q, no_deduce_t<CView3<Scalar
                         no_deduce_t<Scalar> scale, View3<Scalar> dq, View3<Scalar> dk,
                         View3<Scalar> dv);
 
-/// Tile shape and per-team scratch of the three attention kernels on
-/// ExecSpace for a head dim (attention/kokkos_tiled.cpp, TileShape: 64 × 64 on the host,
-/// 32 queries × 16 keys on CUDA so that fp32 tiles of D <= 64 fit the 48 KiB
-/// a GPU team gets by default). A kernel whose bytes exceed level0_max_bytes
-/// uses level-1 (global-memory) scratch instead. Host function.
+/// Tile shape and per-team scratch (bytes) of the three attention kernels on ExecSpace for a
+/// head dim (attention/tiled.hpp): 64 × 64 on the host at every head dim; on CUDA the first of
+/// 32 queries × 16 keys and 16 × 8 whose three kernels fit the 48 KiB a GPU team gets by default
+/// (fp32: 32 × 16 up to D = 64, 16 × 8 at D = 128). A kernel whose bytes exceed
+/// level0_max_bytes uses level-1 (global-memory) scratch instead. Host function.
 struct AttentionTiles {
   int queries = 0, keys = 0;  ///< tile rows (queries) and columns (keys)
   std::size_t forward_bytes = 0, dkdv_bytes = 0, dq_bytes = 0;

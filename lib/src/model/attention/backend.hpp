@@ -69,7 +69,7 @@ KOKKOS_INLINE_FUNCTION void key_span(const int* lo, const int* hi, int n, int& j
 }
 
 /// Level-0 (fast, on-chip) scratch if the tiles fit, else level 1 (see
-/// TileShape in kokkos_tiled.cpp for what fits where).
+/// attention/tiled.hpp and kokkos_tiled.cpp for what fits where).
 inline int scratch_level(std::size_t bytes) {
   return bytes <= static_cast<std::size_t>(Policy::scratch_size_max(0)) ? 0 : 1;
 }
