@@ -17,7 +17,11 @@
 /// Device buffers: the *_device calls (and the View conveniences for Views
 /// whose memory the host cannot access) go to the attached DeviceCollectives
 /// (NCCL, see attach_device and grid::ProcessGrid::use_backend); without one
-/// they use MPI, which is right on host backends where device == host.
+/// they use MPI, which is right on host backends where device == host, and
+/// stage through host buffers where the host cannot reach MemSpace (a CUDA
+/// build without NCCL: a device pointer never reaches MPI). Device-resident
+/// with a backend: allreduce, allgatherv, reduce_scatterv, alltoallv and
+/// point-to-point send/recv (the last matched by order, not tag).
 /// WaitMode::Block uses plain blocking calls (dedicated nodes).
 ///
 /// All buffers are contiguous Kokkos Views (any rank, LayoutRight) in MemSpace
@@ -204,8 +208,9 @@ class Communicator {
   /// recv[recv_displs[r], +recv_counts[r]). Counts and displacements are in
   /// elements, one per rank of the group; they are copied into the Request.
   /// Both buffers must stay untouched until the Request completes. Host
-  /// memory (or memory MPI can read: host builds); the caller stages device
-  /// buffers. Used by the core-attention exchange (model/ca_exchange.hpp).
+  /// memory (or memory MPI can read: host builds); device buffers go through
+  /// ialltoallv_device. Used by the core-attention exchange
+  /// (model/ca_exchange.hpp).
   /// \throws core::CommError if a vector has not one entry per rank, an
   /// entry is negative, or MPI fails.
   template <class T>
