@@ -127,6 +127,21 @@ std::int64_t scatter_displacement(const std::vector<int>& recv_counts, const cha
   for (int r = 0; r < rank; ++r) displ += recv_counts[r];
   return displ;
 }
+
+/// The checks of ialltoallv and ialltoallv_device: four vectors of one entry
+/// per rank, none negative. \throws core::CommError naming `call`.
+void check_alltoallv_args(const char* call, int size, int rank, const std::vector<int>& send_counts,
+                          const std::vector<int>& send_displs, const std::vector<int>& recv_counts,
+                          const std::vector<int>& recv_displs) {
+  const std::size_t n = static_cast<std::size_t>(size);
+  for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs}) {
+    if (v->size() != n)
+      throw core::CommError(fmt::format("{}: {} counts/displacements for a group of {} ranks (rank {})", call,
+                                        v->size(), n, rank));
+    for (int x : *v)
+      if (x < 0) throw core::CommError(fmt::format("{}: negative count or displacement {} (rank {})", call, x, rank));
+  }
+}
 }  // namespace
 
 void Communicator::check_live(const char* what) const {
@@ -542,14 +557,8 @@ Request Communicator::ialltoallv(const T* send, const std::vector<int>& send_cou
                                 const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
                                 const std::vector<int>& recv_displs) const {
   check_live("ialltoallv");
+  check_alltoallv_args("ialltoallv", size_, rank_, send_counts, send_displs, recv_counts, recv_displs);
   const std::size_t n = static_cast<std::size_t>(size_);
-  for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs}) {
-    if (v->size() != n)
-      throw core::CommError(fmt::format("ialltoallv: {} counts/displacements for a group of {} ranks (rank {})",
-                                        v->size(), n, rank_));
-    for (int x : *v)
-      if (x < 0) throw core::CommError(fmt::format("ialltoallv: negative count or displacement {} (rank {})", x, rank_));
-  }
   const CommCpuScope cpu_scope;
   Request r;
   r.comm_ = *this;
@@ -585,6 +594,67 @@ Request Communicator::ireduce_scatterv_device(const float* send, float* recv, co
   reduce_scatterv_device(send, recv, counts);
   r.t_done_ = core::wall_seconds();
   return r;
+}
+
+Request Communicator::ialltoallv_device(const float* send, const std::vector<int>& send_counts,
+                                       const std::vector<int>& send_displs, float* recv,
+                                       const std::vector<int>& recv_counts,
+                                       const std::vector<int>& recv_displs) const {
+  if (!device_ && kHostReachesMemSpace)
+    return ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  check_live("ialltoallv_device");
+  check_alltoallv_args("ialltoallv_device", size_, rank_, send_counts, send_displs, recv_counts, recv_displs);
+  Request r;
+  r.t_start_ = core::wall_seconds();
+  if (device_) {
+    device_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  } else {
+    // CUDA build without NCCL: MPICH must not see device pointers.
+    const std::size_t ns = recv_extent(send_counts, send_displs), nr = recv_extent(recv_counts, recv_displs);
+    float* hs = host_stage<float>(0, ns);
+    float* hr = host_stage<float>(1, nr);
+    stage_copy(hs, send, ns, true);
+    ialltoallv(static_cast<const float*>(hs), send_counts, send_displs, hr, recv_counts, recv_displs).wait();
+    stage_copy(recv, static_cast<const float*>(hr), nr, false);
+  }
+  r.t_done_ = core::wall_seconds();
+  return r;
+}
+
+void Communicator::send_device(const float* data, std::size_t count, int dest, int tag) const {
+  if (!device_) {
+    if constexpr (kHostReachesMemSpace) {
+      send(data, count, dest, tag);
+    } else {
+      float* h = host_stage<float>(0, count);
+      stage_copy(h, data, count, true);
+      send(static_cast<const float*>(h), count, dest, tag);
+    }
+    return;
+  }
+  check_live("send_device");
+  if (dest < 0 || dest >= size_)
+    throw core::CommError(fmt::format("wlb::comm: send_device from rank {}: destination {} out of range [0, {})",
+                                      rank_, dest, size_));
+  device_->send(data, count, dest);
+}
+
+void Communicator::recv_device(float* data, std::size_t count, int src, int tag) const {
+  if (!device_) {
+    if constexpr (kHostReachesMemSpace) {
+      recv(data, count, src, tag);
+    } else {
+      float* h = host_stage<float>(0, count);
+      recv(h, count, src, tag);
+      stage_copy(data, static_cast<const float*>(h), count, false);
+    }
+    return;
+  }
+  check_live("recv_device");
+  if (src < 0 || src >= size_)
+    throw core::CommError(
+        fmt::format("wlb::comm: recv_device on rank {}: source {} out of range [0, {})", rank_, src, size_));
+  device_->recv(data, count, src);
 }
 
 Request::Request(Request&& o) noexcept { *this = std::move(o); }

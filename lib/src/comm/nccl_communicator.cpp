@@ -194,6 +194,41 @@ void NcclCommunicator::reduce_scatterv(const T* send, T* recv, const std::vector
   synchronize();
 }
 
+template <class T>
+void NcclCommunicator::alltoallv(const T* send, const std::vector<int>& send_counts,
+                                 const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
+                                 const std::vector<int>& recv_displs) const {
+  check_live("alltoallv");
+  // Checked before ncclGroupStart: a throw inside the group would leave it open.
+  for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs}) {
+    if (static_cast<int>(v->size()) != size_)
+      throw core::CommError(fmt::format("wlb::comm (NCCL backend): alltoallv on rank {}: {} counts/displacements "
+                                        "for a group of {} ranks",
+                                        rank_, v->size(), size_));
+    for (int x : *v)
+      if (x < 0)
+        throw core::CommError(fmt::format(
+            "wlb::comm (NCCL backend): alltoallv on rank {}: negative count or displacement {}", rank_, x));
+  }
+  // One group: NCCL schedules all sends and receives together, so no pair
+  // waits on another (posted one by one, a ring of blocking sends would
+  // deadlock). Zero counts are skipped on both sides alike: send_counts[p]
+  // here is recv_counts[rank()] on p. The self part is a send/recv pair too.
+  check_nccl(ncclGroupStart(), "ncclGroupStart", rank_, st_->comm);
+  for (int p = 0; p < size_; ++p) {
+    if (send_counts[p] > 0)
+      check_nccl(ncclSend(send + send_displs[p], static_cast<std::size_t>(send_counts[p]), nccl_type<T>(), p,
+                          st_->comm, stream_),
+                 "ncclSend (alltoallv)", rank_, st_->comm);
+    if (recv_counts[p] > 0)
+      check_nccl(ncclRecv(recv + recv_displs[p], static_cast<std::size_t>(recv_counts[p]), nccl_type<T>(), p,
+                          st_->comm, stream_),
+                 "ncclRecv (alltoallv)", rank_, st_->comm);
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd", rank_, st_->comm);
+  synchronize();
+}
+
 template <class T> void NcclCommunicator::send(const T* data, std::size_t count, int dest) const {
   check_live("send");
   if (dest < 0 || dest >= size_)
@@ -219,6 +254,8 @@ template <class T> void NcclCommunicator::recv(T* data, std::size_t count, int s
                                                 const std::vector<int>&) const;                            \
   template void NcclCommunicator::reduce_scatter<T>(const T*, T*, std::size_t) const;                      \
   template void NcclCommunicator::reduce_scatterv<T>(const T*, T*, const std::vector<int>&) const;         \
+  template void NcclCommunicator::alltoallv<T>(const T*, const std::vector<int>&, const std::vector<int>&, \
+                                               T*, const std::vector<int>&, const std::vector<int>&) const;  \
   template void NcclCommunicator::send<T>(const T*, std::size_t, int) const;                               \
   template void NcclCommunicator::recv<T>(T*, std::size_t, int) const;
 
@@ -246,6 +283,15 @@ class NcclDeviceCollectives final : public DeviceCollectives {
   }
   void reduce_scatterv(const float* s, float* r, const std::vector<int>& counts) const override {
     c_.reduce_scatterv(s, r, counts);
+  }
+  void alltoallv(const float* s, const std::vector<int>& sc, const std::vector<int>& sd, float* r,
+                 const std::vector<int>& rc, const std::vector<int>& rd) const override {
+    c_.alltoallv(s, sc, sd, r, rc, rd);
+  }
+  void send(const float* d, std::size_t n, int dest) const override { c_.send(d, n, dest); }
+  void recv(float* d, std::size_t n, int src) const override { c_.recv(d, n, src); }
+  std::shared_ptr<const DeviceCollectives> make_for(const Communicator& sub) const override {
+    return make_nccl_collectives(sub);
   }
 
  private:

@@ -86,13 +86,19 @@ void ProcessGrid::use_backend(const std::string& backend) {
                                         "space is ") +
                             MemSpace::name() + " (configure Kokkos with CUDA, or set comm.backend=mpi)");
   } else {
-    for (comm::Communicator* c : {&tp_, &cp_, &dp_, &dpcp_}) c->attach_device(comm::make_nccl_collectives(*c));
+    use_device_backend(comm::make_nccl_collectives);
   }
 #else
   throw core::ConfigError(
       "comm.backend=nccl: this build has no NCCL backend (configure with -DWLB4D_ENABLE_CUDA=ON against a "
       "CUDA-enabled Kokkos, or set comm.backend=mpi)");
 #endif
+}
+
+void ProcessGrid::use_device_backend(const DeviceFactory& make) {
+  // PP too: stage-to-stage activations and gradients go device to device
+  // (pipeline::Executor::send/receive).
+  for (comm::Communicator* c : {&tp_, &cp_, &dp_, &dpcp_, &pp_}) c->attach_device(make(*c));
 }
 
 }  // namespace wlb::grid

@@ -200,6 +200,9 @@ void Executor::enable_disaggregated_attention(const balance::CostModel& cost) {
   auto group = g.split(0, g.rank());
   if (!group) throw core::InternalError("attention group: communicator split gave no communicator");
   group->set_name("attention group (DP×CP)");
+  // split() does not carry the device backend over: with NCCL on DP×CP the
+  // exchange gets its own NCCL communicator (device to device, no staging).
+  if (g.has_device()) group->attach_device(g.device()->make_for(*group));
   const std::int64_t hq = cfg_.model.heads / grid_.tp_size(), hkv = cfg_.model.kv_heads / grid_.tp_size();
   cax_ = std::make_shared<model::CoreAttentionExchange>(*group, hq, hkv, cfg_.model.head_dim());
   ca_cost_ = std::make_unique<balance::CostModel>(cost);
@@ -345,12 +348,19 @@ void Executor::send(const Action& a, RunStats& st) {
     throw core::InternalError("pipeline: " + to_string(a) + " before the buffer it sends was produced");
   Kokkos::fence();
   const int tag = p2p_tag(a, grid_.pp_rank(), grid_.pp_size());
-  if constexpr (kHostBuffers) {
+  if (grid_.pp().has_device()) {
+    // A device backend (NCCL) matches messages between two stages by posting
+    // order, not by tag. That is safe for every schedule: the action lists
+    // are projections of one global sequence of send/recv pairs
+    // (pipeline/schedule.hpp), so between two stages the sender's sends and
+    // the receiver's receives come in the same order, and blocking
+    // (rendezvous) point-to-point cannot deadlock.
+    if (n > 0) grid_.pp().send_device(buf.data(), n, a.peer, tag);
+  } else if constexpr (kHostBuffers) {
     grid_.pp().send(buf.data(), n, a.peer, tag);
   } else {
-    // Device buffers: pipeline messages still go over MPI, whose matching by
-    // tag the lists rely on (NCCL point-to-point matches by order only), so
-    // stage through a host buffer.
+    // Device buffers without a device backend (comm.backend=mpi on a CUDA
+    // build): MPICH is not CUDA-aware, so stage through a host buffer.
     auto h = staging(std::int64_t(n));
     Kokkos::deep_copy(h, View1<float>(buf.data(), n));
     grid_.pp().send(h.data(), n, a.peer, tag);
@@ -367,7 +377,11 @@ void Executor::receive(const Action& a, RunStats& st) {
   auto& buf = a.type == ActionType::RecvAct ? L.recv_act[vs][mb] : L.recv_grad[vs][mb];
   buf = grow(buf, T, d, "pp_recv");
   const int tag = p2p_tag(a, grid_.pp_rank(), grid_.pp_size());
-  if constexpr (kHostBuffers) {
+  if (grid_.pp().has_device()) {
+    // Order matching, as in send(); both stages know the size (hidden_rows),
+    // so both skip an empty message alike.
+    if (n > 0) grid_.pp().recv_device(buf.data(), n, a.peer, tag);
+  } else if constexpr (kHostBuffers) {
     grid_.pp().recv(buf.data(), n, a.peer, tag);
   } else {
     auto h = staging(T * d);

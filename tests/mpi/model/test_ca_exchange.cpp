@@ -8,7 +8,10 @@
 // blocks starting inside a span (prefix > 0, several blocks of one span to
 // one destination: K/V sent once), and the moves of the real assignment
 // (balance::assign_attention_tasks), whose result must be identical on
-// every rank.
+// every rank. Each case runs twice: with a device backend attached to the
+// group (the path NCCL takes on GPU builds; a counting host backend here),
+// which must be used and give bit for bit the MPI path's outputs.
+#include "host_device_collectives.hpp"
 #include "test_util.hpp"
 #include "wlb4d/balance/attention_tasks.hpp"
 #include "wlb4d/comm/communicator.hpp"
@@ -112,17 +115,41 @@ void check(const std::vector<CaMove>& moves, const char* what) {
   const auto out0 = host_vec(L.out), lse0 = host_vec(L.lse), dq0 = host_vec(L.dq), dk0 = host_vec(L.dk),
              dv0 = host_vec(L.dv);
 
-  CoreAttentionExchange ca(world, kHq, kHkv, kD);
-  auto layout = CoreAttentionExchange::make_layout();
-  ca.prepare(moves, L.T, *layout);
-  ca.bind(layout);
-  Kokkos::deep_copy(L.out, 7.0f);  // stale values must not survive
-  Kokkos::deep_copy(L.dq, 7.0f);
-  Kokkos::deep_copy(L.dk, 7.0f);
-  Kokkos::deep_copy(L.dv, 7.0f);
-  ca.forward(0, 0, L.q, L.k, L.v, lo, hi, scale, L.out, L.lse);
-  ca.backward(0, 0, L.q, L.k, L.v, L.out, L.dout, L.lse, lo, hi, scale, L.dq, L.dk, L.dv);
-  Kokkos::fence();
+  // The exchange on `group`; returns its stats (outputs in L).
+  auto run_exchange = [&](const comm::Communicator& group) {
+    CoreAttentionExchange ca(group, kHq, kHkv, kD);
+    auto layout = CoreAttentionExchange::make_layout();
+    ca.prepare(moves, L.T, *layout);
+    ca.bind(layout);
+    Kokkos::deep_copy(L.out, 7.0f);  // stale values must not survive
+    Kokkos::deep_copy(L.dq, 7.0f);
+    Kokkos::deep_copy(L.dk, 7.0f);
+    Kokkos::deep_copy(L.dv, 7.0f);
+    ca.forward(0, 0, L.q, L.k, L.v, lo, hi, scale, L.out, L.lse);
+    ca.backward(0, 0, L.q, L.k, L.v, L.out, L.dout, L.lse, lo, hi, scale, L.dq, L.dk, L.dv);
+    Kokkos::fence();
+    return ca.stats();
+  };
+  // With a device backend attached (NCCL on GPU builds; a counting host
+  // backend here) the exchange goes through it: the same floats arrive in
+  // the same places, so every output is bit for bit the MPI path's.
+  auto calls = std::make_shared<test::DeviceCalls>();
+  comm::Communicator attached = world;
+  attached.attach_device(std::make_shared<test::HostDeviceCollectives>(world, calls));
+  const CaStats dst = run_exchange(attached);
+  const auto out_d = host_vec(L.out), lse_d = host_vec(L.lse), dq_d = host_vec(L.dq), dk_d = host_vec(L.dk),
+             dv_d = host_vec(L.dv);
+  const bool any = world.allreduce_value(int(moves.size())) > 0;
+  // Forward: out and back; backward: out and back (every rank joins each).
+  EXPECT_EQ(calls->alltoallv.load(), any ? 4 : 0) << what << ": the exchange did not use the device backend";
+  const CaStats st = run_exchange(world);
+  EXPECT_EQ(calls->alltoallv.load(), any ? 4 : 0) << what << ": the unattached run used the device backend";
+  EXPECT_TRUE(host_vec(L.out) == out_d && host_vec(L.lse) == lse_d && host_vec(L.dq) == dq_d &&
+              host_vec(L.dk) == dk_d && host_vec(L.dv) == dv_d)
+      << what << ": the device-backend run differs from the MPI run, rank " << r;
+  EXPECT_EQ(dst.bytes_sent, st.bytes_sent) << what;
+  EXPECT_EQ(dst.bytes_received, st.bytes_received) << what;
+  EXPECT_EQ(dst.rows_exported, st.rows_exported) << what;
   // fp32: moved rows see other key-tile boundaries and dK/dV partial sums
   // are added in another order — rounding only (measured ~1e-7).
   const double tol = 2e-6;
@@ -131,7 +158,6 @@ void check(const std::vector<CaMove>& moves, const char* what) {
   EXPECT_LE(rel_diff(host_vec(L.dq), dq0), tol) << what << " dq, rank " << r;
   EXPECT_LE(rel_diff(host_vec(L.dk), dk0), tol) << what << " dk, rank " << r;
   EXPECT_LE(rel_diff(host_vec(L.dv), dv0), tol) << what << " dv, rank " << r;
-  const auto& st = ca.stats();
   std::int64_t out_rows = 0, in_rows = 0;
   for (const auto& m : moves) {
     if (m.home == r) out_rows += m.rows;

@@ -7,6 +7,7 @@
 // One executable; tests are grouped by world size (Np2.*, Np4.*, Np16.*), and
 // ctest entries select groups with --gtest_filter (tests/mpi/train/CMakeLists.txt).
 // Tests whose world size differs from the run's are skipped.
+#include "host_device_collectives.hpp"
 #include "test_util.hpp"
 #include "wlb4d/balance/sharding.hpp"
 #include "wlb4d/comm/communicator.hpp"
@@ -1070,4 +1071,81 @@ TEST(Np8Disaggregated, DpPpCp) {
   REQUIRE_WORLD(8);
   expect_equivalent(lay(2, 2, 2, 1), ca_deck({"balance.sharding=sequence"}), "long");
   EXPECT_GT(g_last_ca_bytes, 0) << "no query block was moved";
+}
+
+// ---- Device-resident communication (comm.backend=nccl's paths) ----------------------
+// The same layout trained twice on the world: as is (MPI), and with a device
+// backend attached to every group (grid::ProcessGrid::use_device_backend; on
+// GPU builds NCCL, here a host backend that counts its calls). With it,
+// pipeline messages go through the backend matched by posting order only (no
+// tags), the core-attention exchange through its all-to-all, and the
+// collectives through it. Every group here has at most 2 ranks, where a sum
+// does not depend on the reduction order, so the two runs must agree bit
+// for bit; the counts show the backend carried the traffic.
+namespace {
+struct BackendUse {
+  bool p2p = false, alltoall = false;
+};
+void expect_device_backend_bitwise(const Layout& L, std::vector<std::string> overrides, const std::string& kind,
+                                   bool eval, BackendUse use) {
+  ASSERT_EQ(L.dp * L.pp * L.cp * L.tp, world_size());
+  const std::string ini = base_deck(dataset(kind));
+  if (eval) {
+    overrides.push_back("data.val=" + dataset(kind == "tiny" ? "mixed" : "tiny"));
+    overrides.push_back("train.eval_every=5");
+    overrides.push_back("train.eval_tokens=300");
+  }
+  for (const std::string& o :
+       {"parallel.dp=" + std::to_string(L.dp), "parallel.pp=" + std::to_string(L.pp),
+        "parallel.cp=" + std::to_string(L.cp), "parallel.tp=" + std::to_string(L.tp),
+        "parallel.schedule=" + L.schedule, "parallel.virtual_stages=" + std::to_string(L.virtual_stages)})
+    overrides.push_back(o);
+  const core::Config cfg = core::parse_deck_text(ini, overrides);
+  grid::ProcessGrid plain(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, MPI_COMM_WORLD);
+  const RunResult a = run(cfg, plain);
+  auto calls = std::make_shared<test::DeviceCalls>();
+  grid::ProcessGrid dev(L.dp, L.pp, L.cp, L.tp, comm::WaitMode::Yield, MPI_COMM_WORLD);
+  dev.use_device_backend(test::HostDeviceCollectives::factory(calls));
+  const RunResult b = run(cfg, dev);
+  const std::string what = describe(L);
+  EXPECT_EQ(a.loss, b.loss) << what;
+  EXPECT_EQ(a.gnorm, b.gnorm) << what;
+  EXPECT_EQ(a.val, b.val) << what;
+  EXPECT_EQ(a.targets, b.targets) << what;
+  ASSERT_EQ(a.names, b.names);
+  for (std::size_t i = 0; i < a.names.size(); ++i) EXPECT_TRUE(a.params[i] == b.params[i]) << what << " " << a.names[i];
+  EXPECT_EQ(a.ca_bytes, b.ca_bytes) << what;
+  // Every rank of a pipeline sends and receives; in an attention group of 2
+  // both ranks join every all-to-all.
+  if (use.p2p) {
+    EXPECT_GT(calls->send.load(), 0) << what << ": pipeline sends did not use the device backend";
+    EXPECT_GT(calls->recv.load(), 0) << what << ": pipeline receives did not use the device backend";
+  }
+  if (use.alltoall) {
+    EXPECT_GT(world().allreduce_value(a.ca_bytes), 0) << what << ": no query block was moved";
+    EXPECT_GT(calls->alltoallv.load(), 0) << what << ": the attention exchange did not use the device backend";
+  }
+  EXPECT_GT(calls->allreduce.load() + calls->allgatherv.load() + calls->reduce_scatterv.load() + calls->send.load(),
+            0);
+}
+}  // namespace
+
+TEST(Np2DeviceBackend, PipelineSchedules) {
+  REQUIRE_WORLD(2);
+  expect_device_backend_bitwise(lay(1, 2, 1, 1, "1f1b"), {}, "mixed", false, {true, false});
+  // Interleaved: the last chunk of rank 1 sends back to rank 0 (both
+  // directions between one pair); evaluation runs forward-only lists.
+  expect_device_backend_bitwise(lay(1, 2, 1, 1, "interleaved", 2), {"model.layers=5"}, "mixed", true, {true, false});
+  auto zb = kZbWlb;
+  zb.push_back("model.layers=5");
+  expect_device_backend_bitwise(lay(1, 2, 1, 1, "zb1"), zb, "mixed", false, {true, false});
+}
+TEST(Np2DeviceBackend, DisaggregatedAttention) {
+  REQUIRE_WORLD(2);
+  expect_device_backend_bitwise(lay(2, 1, 1, 1), ca_deck(), "long", true, {false, true});
+}
+TEST(Np4DeviceBackend, DpPpDisaggregatedZeroBubble) {
+  REQUIRE_WORLD(4);
+  expect_device_backend_bitwise(lay(2, 2, 1, 1, "zb1"), ca_deck({"balance.packer=wlb", "balance.max_tokens=160"}),
+                                "long", false, {true, true});
 }

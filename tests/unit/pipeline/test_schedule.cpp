@@ -333,6 +333,41 @@ TEST(Schedule, TagsPairUp) {
   EXPECT_THROW(p2p_tag(Action{ActionType::Forward, 0, 0, -1}, 0, 2), wlb::core::InternalError);
 }
 
+// A device backend (NCCL) matches point-to-point messages by posting order
+// between two ranks, not by tag (pipeline::Executor::send/receive). That is
+// right only if, for every ordered pair of stages, the sender posts its sends
+// to the receiver in the order the receiver posts the matching receives: the
+// k-th send from s to q must carry the message of q's k-th receive from s
+// (same tag and micro-batch). Checked for every schedule, with and without
+// the backward (evaluation runs drop the gradient messages). Deadlock
+// freedom under blocking (rendezvous) sends is
+// NoDeadlockAndAnalyticBubbleUnderBlockingPointToPoint's simulator, which
+// pairs a send only with the peer's next action.
+TEST(Schedule, MessagesBetweenTwoStagesPairInPostingOrder) {
+  for (ScheduleKind k : kAllKinds)
+    for (auto [p, m, v] : cases_for(k))
+      for (bool backward : {true, false}) {
+        if (p == 1) continue;
+        SCOPED_TRACE(testing::Message() << to_string(k) << " p=" << p << " m=" << m << " v=" << v
+                                        << (backward ? "" : " forward only"));
+        wlb::core::ParallelConfig par;
+        par.pp = p;
+        par.schedule = to_string(k);
+        par.virtual_stages = v;
+        // (from, to) -> the (tag, micro-batch) sequence as posted by the sender / the receiver.
+        std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent, received;
+        for (int r = 0; r < p; ++r)
+          for (const Action& a : training_action_list(par, r, m, backward)) {
+            if (a.type == ActionType::SendAct || a.type == ActionType::SendGrad)
+              sent[{r, a.peer}].emplace_back(p2p_tag(a, r, p), a.micro_batch);
+            if (a.type == ActionType::RecvAct || a.type == ActionType::RecvGrad)
+              received[{a.peer, r}].emplace_back(p2p_tag(a, r, p), a.micro_batch);
+          }
+        ASSERT_EQ(sent, received);
+        ASSERT_FALSE(sent.empty());
+      }
+}
+
 TEST(LayerMap, UnevenSplitsAndErrors) {
   EXPECT_EQ(chunk_layers(5, 2, 0).begin, 0);
   EXPECT_EQ(chunk_layers(5, 2, 0).end, 3);

@@ -17,7 +17,11 @@
 /// Device buffers: the *_device calls (and the View conveniences for Views
 /// whose memory the host cannot access) go to the attached DeviceCollectives
 /// (NCCL, see attach_device and grid::ProcessGrid::use_backend); without one
-/// they use MPI, which is right on host backends where device == host.
+/// they use MPI, which is right on host backends where device == host, and
+/// stage through host buffers where the host cannot reach MemSpace (a CUDA
+/// build without NCCL: a device pointer never reaches MPI). Device-resident
+/// with a backend: allreduce, allgatherv, reduce_scatterv, alltoallv and
+/// point-to-point send/recv (the last matched by order, not tag).
 /// WaitMode::Block uses plain blocking calls (dedicated nodes).
 ///
 /// All buffers are contiguous Kokkos Views (any rank, LayoutRight) in MemSpace
@@ -65,7 +69,8 @@ enum class ReduceOp { Sum, Max, Min };
 /// Collectives on device buffers (float/double; counts in elements), the
 /// interface an accelerator backend implements (NCCL: nccl_communicator.hpp,
 /// make_nccl_collectives). Collective over the same ranks, in the same rank
-/// order, as the Communicator it is attached to.
+/// order, as the Communicator it is attached to. Every call is complete when
+/// it returns (the buffers may be reused). Errors: core::CommError.
 class DeviceCollectives {
  public:
   virtual ~DeviceCollectives() = default;
@@ -75,6 +80,21 @@ class DeviceCollectives {
   virtual void allgatherv(const float* send, std::size_t send_count, float* recv, const std::vector<int>& counts,
                           const std::vector<int>& displs) const = 0;
   virtual void reduce_scatterv(const float* send, float* recv, const std::vector<int>& counts) const = 0;
+  /// All-to-all with per-peer counts, as Communicator::ialltoallv (one entry
+  /// per rank in each vector, elements; zero counts allowed), blocking.
+  virtual void alltoallv(const float* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs,
+                         float* recv, const std::vector<int>& recv_counts,
+                         const std::vector<int>& recv_displs) const = 0;
+  /// Point to point, blocking until the transfer is done. No tags: the k-th
+  /// send from rank a to rank b matches the k-th receive at b from a (NCCL's
+  /// matching), so callers must post them in the same order on both sides,
+  /// and with the same count (a mismatch is not detected).
+  virtual void send(const float* data, std::size_t count, int dest) const = 0;
+  virtual void recv(float* data, std::size_t count, int src) const = 0;
+  /// A backend of the same kind over the ranks of `sub` (a communicator made
+  /// from the one this is attached to, e.g. by Communicator::split), to
+  /// attach to `sub`. Collective over `sub`.
+  virtual std::shared_ptr<const DeviceCollectives> make_for(const Communicator& sub) const = 0;
 };
 
 /// Process CPU seconds spent so far inside Communicator operations (all
@@ -188,8 +208,9 @@ class Communicator {
   /// recv[recv_displs[r], +recv_counts[r]). Counts and displacements are in
   /// elements, one per rank of the group; they are copied into the Request.
   /// Both buffers must stay untouched until the Request completes. Host
-  /// memory (or memory MPI can read: host builds); the caller stages device
-  /// buffers. Used by the core-attention exchange (model/ca_exchange.hpp).
+  /// memory (or memory MPI can read: host builds); device buffers go through
+  /// ialltoallv_device. Used by the core-attention exchange
+  /// (model/ca_exchange.hpp).
   /// \throws core::CommError if a vector has not one entry per rank, an
   /// entry is negative, or MPI fails.
   template <class T>
@@ -211,7 +232,12 @@ class Communicator {
 
   // ---- device buffers (model activations, gradients) ---------------------------
   /// Attaches the backend used for device buffers (nullptr: MPI for all).
+  /// Copies made afterwards share it; split() does not pass it on (see
+  /// DeviceCollectives::make_for).
   void attach_device(std::shared_ptr<const DeviceCollectives> d) { device_ = std::move(d); }
+  /// The attached device backend (nullptr: none).
+  const std::shared_ptr<const DeviceCollectives>& device() const { return device_; }
+  bool has_device() const { return device_ != nullptr; }
   /// The attached device backend's name, or "mpi".
   const char* device_backend() const { return device_ ? device_->name() : "mpi"; }
   /// As allreduce/allgatherv/reduce_scatterv, on buffers in MemSpace: through
@@ -271,6 +297,27 @@ class Communicator {
   /// MemSpace, else the host-staged blocking path (complete at the call).
   Request iallreduce_device(float* data, std::size_t count, ReduceOp op = ReduceOp::Sum) const;
   Request ireduce_scatterv_device(const float* send, float* recv, const std::vector<int>& counts) const;
+  /// As ialltoallv, on buffers in MemSpace (send[send_displs[p], +send_counts[p])
+  /// to peer p, recv[recv_displs[r], +recv_counts[r]) from peer r; elements).
+  /// With an attached DeviceCollectives (NCCL) the all-to-all runs at the
+  /// call, device to device, and the Request is already complete; without
+  /// one it is ialltoallv (MPI, nonblocking) where the host reaches MemSpace,
+  /// else staged through host buffers (send: its extent max(displ + count);
+  /// recv likewise), complete at the call.
+  /// 	hrows core::CommError as ialltoallv (a vector without one entry per
+  ///         rank, a negative entry) or from the backend.
+  Request ialltoallv_device(const float* send, const std::vector<int>& send_counts,
+                            const std::vector<int>& send_displs, float* recv, const std::vector<int>& recv_counts,
+                            const std::vector<int>& recv_displs) const;
+  /// Point to point on `count` elements in MemSpace. With an attached
+  /// DeviceCollectives (NCCL) the tag is not sent: messages between two
+  /// ranks match in posting order (see DeviceCollectives::send), and the
+  /// receive does not check the count; without one, send/recv with the tag
+  /// (MPI, checked count), through a host buffer where the host cannot reach
+  /// MemSpace. 	hrows core::CommError (peer out of range, reserved tag, MPI
+  /// or backend failure).
+  void send_device(const float* data, std::size_t count, int dest, int tag) const;
+  void recv_device(float* data, std::size_t count, int src, int tag) const;
 
   // ---- View conveniences (contiguous Views) ------------------------------------
   /// Views the host cannot access (CudaSpace) go through allreduce_device.

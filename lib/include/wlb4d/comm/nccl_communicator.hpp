@@ -19,9 +19,10 @@
 /// be selected (cudaSetDevice) before construction; the ranks of one node must
 /// use different devices.
 ///
-/// allgatherv and reduce_scatterv have no NCCL primitive: they are one
-/// ncclGroupStart/End of ncclBroadcast (one per source rank) and of ncclReduce
-/// (one per destination rank) respectively.
+/// allgatherv, reduce_scatterv and alltoallv have no NCCL primitive: they are
+/// one ncclGroupStart/End of ncclBroadcast (one per source rank), of
+/// ncclReduce (one per destination rank) and of ncclSend/ncclRecv (one pair
+/// per peer) respectively.
 ///
 /// Errors: every call throws wlb::core::CommError with ncclGetErrorString and
 /// ncclGetLastError text (or cudaGetErrorString).
@@ -71,7 +72,18 @@ class NcclCommunicator {
   /// (blocks contiguous, at the prefix sums of recv_counts).
   template <class T>
   void reduce_scatterv(const T* send, T* recv, const std::vector<int>& recv_counts) const;
-  /// Point to point (blocks until the peer's matching call has completed the transfer).
+  /// All-to-all with per-peer counts (elements, one entry per rank; zero
+  /// counts allowed): send[send_displs[p], +send_counts[p]) goes to rank p,
+  /// recv[recv_displs[q], +recv_counts[q]) comes from rank q. One
+  /// ncclGroupStart/End of an ncclSend and an ncclRecv per peer (the self
+  /// part included). \throws CommError on a vector without one entry per
+  /// rank or a negative entry (before anything is posted).
+  template <class T>
+  void alltoallv(const T* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
+                 const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) const;
+  /// Point to point (blocks until the peer's matching call has completed the
+  /// transfer). No tags: between two ranks the k-th send matches the k-th
+  /// receive, and the counts must agree (NCCL does not check them).
   template <class T> void send(const T* data, std::size_t count, int dest) const;
   template <class T> void recv(T* data, std::size_t count, int src) const;
   /// Waits for everything enqueued on stream() (per wait_mode()).

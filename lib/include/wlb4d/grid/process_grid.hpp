@@ -28,6 +28,8 @@
 
 #include <mpi.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace wlb::grid {
@@ -66,14 +68,22 @@ class ProcessGrid {
 
   /// Selects the backend of device-buffer collectives (deck key comm.backend):
   /// "mpi" (nothing attached) or "nccl": one NCCL communicator per group
-  /// (tp, cp, dp, dpcp), created from the MPI communicators (rank 0 of each
-  /// group makes the unique id, MPI broadcasts it) and attached to them.
-  /// Pipeline send/recv and host scalars stay on MPI. Collective over the
+  /// (tp, cp, dp, dpcp, pp), created from the MPI communicators (rank 0 of
+  /// each group makes the unique id, MPI broadcasts it) and attached to them.
+  /// Pipeline send/recv then go device to device on pp (matched by order);
+  /// host scalars stay on MPI. Collective over the
   /// world; call before the communicators are copied (before the Trainer).
   /// \throws core::ConfigError (every rank alike) for "nccl" when this build
   /// has no NCCL (WLB4D_ENABLE_CUDA=OFF) or Kokkos' memory space is host
   /// memory (NCCL needs device buffers); \throws CommError if NCCL fails.
   void use_backend(const std::string& backend);
+  /// Attaches make(c) to each group c (tp, cp, dp, dpcp, pp), in that order
+  /// on every rank (make may be collective over c). use_backend("nccl")
+  /// passes comm::make_nccl_collectives; tests pass a backend of their own
+  /// to run the device paths on host builds. Same timing rule as use_backend.
+  using DeviceFactory =
+      std::function<std::shared_ptr<const comm::DeviceCollectives>(const comm::Communicator&)>;
+  void use_device_backend(const DeviceFactory& make);
 
   bool is_first_stage() const { return coords_.pp == 0; }
   bool is_last_stage() const { return coords_.pp + 1 == layout_.pp(); }

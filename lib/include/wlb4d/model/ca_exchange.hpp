@@ -27,9 +27,16 @@
 /// through the same kernel; only the key-tile boundaries and the order in
 /// which dK/dV partial sums are added differ (rounding, ~1e-7 relative).
 ///
-/// Buffers are grow-only Views in MemSpace; on a build where the host cannot
-/// reach MemSpace (CUDA) they are staged through host mirrors (MPICH is not
-/// CUDA-aware). Communication goes through comm (polite waits, watchdog).
+/// Buffers are grow-only Views in MemSpace. The two all-to-alls of a layer
+/// take one of three paths:
+/// - the group has a device backend attached (comm.backend=nccl:
+///   Communicator::ialltoallv_device, ncclSend/ncclRecv in one group): device
+///   to device, no host copies; blocking, so each trip is exposed time (the
+///   ping-pong halves still run, but after the trip instead of under it);
+/// - host builds: MPI_Ialltoallv on the Views, hidden behind the local rows;
+/// - CUDA build without NCCL: staged through host mirrors (MPICH is not
+///   CUDA-aware), the MPI part hidden as on the host.
+/// Communication goes through comm (polite waits, watchdog).
 ///
 /// Units: rows are tokens; bytes are bytes; seconds are wall seconds.
 
@@ -71,7 +78,8 @@ class CoreAttentionExchange final : public CoreAttention<float> {
  public:
   /// \param group  the attention group (DP×CP ranks of this stage and TP
   ///               rank; a communicator of its own, so its collectives never
-  ///               interleave with the gradient buckets on DP×CP)
+  ///               interleave with the gradient buckets on DP×CP); a device
+  ///               backend attached to it carries the exchange
   /// \param hq, hkv query / KV heads on this rank; \param hd head dim
   CoreAttentionExchange(comm::Communicator group, std::int64_t hq, std::int64_t hkv, std::int64_t hd);
   ~CoreAttentionExchange() override;

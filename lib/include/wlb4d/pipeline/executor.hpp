@@ -16,6 +16,14 @@
 /// the CP shard, Transformer::residual_rows(T_i): [⌈T_i/tp⌉ or ⌊T_i/tp⌋][d],
 /// and the receive buffers are sized to match.
 ///
+/// Transport: with a device backend attached to the PP communicator
+/// (comm.backend=nccl) messages go device to device, matched by posting
+/// order (no tags; a 0-float message is skipped on both sides — they agree
+/// on T_i); the schedules post every pair of stages' messages in the same
+/// order on both sides (pipeline/schedule.hpp). Without one, MPI with
+/// p2p_tag() tags, through a host buffer when the model buffers are device
+/// memory (CUDA build with comm.backend=mpi).
+///
 /// pp = 1 with virtual stages > 1: the chunk hand-offs are local (the
 /// schedule holds no message for them); the executor passes activations and
 /// gradients between its chunks directly.
@@ -204,7 +212,7 @@ class Executor {
   AttentionStats ca_plan_stats_;
   std::unique_ptr<Loaded> loaded_;
   /// Host staging of pipeline messages when model buffers are device memory
-  /// (grow-only, so the steady state allocates nothing).
+  /// and PP has no device backend (grow-only, so the steady state allocates nothing).
   HostView1<float> pp_host_;
   std::int64_t local_tokens_ = 0;
   std::int64_t local_targets_ = 0;

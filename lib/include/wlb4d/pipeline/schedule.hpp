@@ -59,6 +59,11 @@
 /// a projection of that sequence, which makes the set of lists deadlock-free
 /// under blocking semantics for any compute durations, and MPI's
 /// non-overtaking order matches every pair (the tags of p2p_tag() suffice).
+/// It also means that between two ranks the sender posts its sends in the
+/// order the receiver posts the matching receives, so transports that match
+/// by order only (NCCL send/recv, pipeline::Executor with a device backend)
+/// pair them correctly too; training_action_list's forward-only lists (all
+/// gradient messages dropped) keep both properties.
 /// With p = 1 every hand-off is local and lists hold compute only.
 
 #include "wlb4d/core/config.hpp"
