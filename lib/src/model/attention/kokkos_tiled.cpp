@@ -55,6 +55,7 @@ namespace wlb::model::attn_impl::tiled {
 //   fp32, D = 64   26.6    36.7   40.6      12.8    17.4   19.3
 //   fp32, D = 128  50.6    68.7   76.6      24.8    33.4   37.3
 //   fp64, D = 64   52.9    72.9   80.9      25.5    34.5   38.5
+// (32 × 8, fp32, D = 64: 21.6 / 26.6 / 32.6 KiB; D = 128: 41.6 / 50.6 / 62.6)
 // so fp32 takes 32 × 16 up to D = 64 and 16 × 8 at D = 128 (every Llama from
 // 1B up), fp64 at D = 64 takes 16 × 8. What fits no shape (fp64 at D = 128:
 // 49.5 / 66.5 / 74.5 KiB at 16 × 8) runs in level-1 scratch (global memory,
