@@ -79,10 +79,10 @@ int main(int argc, char** argv) {
     // The same bound for checkpoint I/O, which waits inside MPI-IO (phase_watch.hpp);
     // it also ends a stopped rank of this host when the job is aborted.
     comm::init_phase_watch(grid.world());
-    spdlog::info("wlb4d {} ({}) | deck {} | {} ranks: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}"
+    spdlog::info("wlb4d {} ({}) | deck {} | {} rank{}: dp={} pp={} cp={} tp={} | schedule {} | packer {} | sharding {}"
                  " | recompute {} | zero {} | sequence parallel {} | kokkos {} | device collectives {}",
                  core::kVersion, core::kGitSha, cfg.deck_path.empty() ? "(defaults)" : cfg.deck_path,
-                 grid.world_size(), p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding,
+                 grid.world_size(), grid.world_size() == 1 ? "" : "s", p.dp, p.pp, p.cp, p.tp, p.schedule, cfg.balance.packer, cfg.balance.sharding,
                  cfg.model.recompute, p.zero, p.sequence_parallel ? "on" : "off", ExecSpace::name(),
                  grid.dpcp().device_backend());
     const auto blas = core::probe_blas();  // the GEMMs' kernel: a generic one costs 4-7x

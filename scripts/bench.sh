@@ -116,7 +116,7 @@ def cat(c): return 1e3 * statistics.mean(float(r["t_" + c]) for s in keep for r 
 # compute CPU seconds of the busiest rank (communication excluded): step_ms far
 # above cpu_ms means the ranks waited or were descheduled (a busy machine).
 cpu = 1e3 * statistics.median(max(float(r.get("compute_cpu") or 0) for r in by(s)) for s in keep)
-m = re.search(r"peak memory per rank (\d+)-(\d+) MiB", open(log).read())
+m = re.search(r"peak memory (?:per rank (\d+)-)?(\d+) MiB", open(log).read())  # 1 rank: "peak memory N MiB"
 mem = m.group(2) if m else ""
 share = gfl / (float(peak) * int(n) * int(th)) if float(peak) > 0 else 0
 # GEMM-bound share: the step's GEMM FLOPs (6 N_mm per token, the

@@ -10,7 +10,7 @@
 #      wlb packer and adaptive CP sharding, and report train/val loss.
 # Environment: RANKS (default 8) MPI ranks; extra arguments are deck overrides,
 # e.g. one rank: `RANKS=1 scripts/quickstart.sh --parallel.dp=1 --parallel.pp=1 --parallel.cp=1`.
-# A rerun starts over and keeps the earlier run: its checkpoints, timing log
+# A rerun starts over and keeps the earlier run: its checkpoints, timing log, plot
 # and train.log move to runs/quickstart/previous/<date>/ first. Given
 # --checkpoint.resume=auto, the run continues from the last checkpoint
 # instead, and appends to the logs.
@@ -45,7 +45,7 @@ case " $* " in
   *" --checkpoint.resume="*) tee_args=(-a) ;;   # continue (auto) or as asked: keep the outputs, append
   *)
     old=()
-    for f in "$RUN/checkpoints" "$RUN/timing.h5" "$RUN/train.log"; do [ -e "$f" ] && old+=("$f"); done
+    for f in "$RUN/checkpoints" "$RUN/timing.h5" "$RUN/timing.png" "$RUN/train.log"; do [ -e "$f" ] && old+=("$f"); done
     if [ "${#old[@]}" -gt 0 ]; then
       prev="$RUN/previous/$(date +%Y%m%d-%H%M%S)"
       mkdir -p "$prev"

@@ -210,7 +210,13 @@ std::vector<core::Config> search_candidates(const core::Config& deck, int world,
                     ++n.off_node;
                     continue;
                   }
-                  if (pp == 1 && c.parallel.schedule != "1f1b") {
+                  // Schedules that order the same actions: every schedule on
+                  // one stage; gpipe and zb1 on one micro-batch per replica
+                  // (nothing to interleave, its W has nothing to fill) run
+                  // 1f1b's list, so their rows would repeat 1f1b's to the digit.
+                  const bool one_micro_batch = c.train.micro_batches == c.parallel.dp;
+                  if ((pp == 1 && c.parallel.schedule != "1f1b") ||
+                      (one_micro_batch && (c.parallel.schedule == "gpipe" || c.parallel.schedule == "zb1"))) {
                     ++n.symmetric;
                     continue;
                   }
@@ -347,7 +353,10 @@ std::string format_search(const SearchReport& rep, int top) {
                          rep.ranked.front().cfg.train.micro_batches,
                          double(rep.ranked.front().cfg.train.micro_batches) / deck_m, rep.ranked.front().tokens_per_s / rep.deck.tokens_per_s, rep.ranked.front().label());
   }
-  out += "step_s: mean simulated step time; tok/st: mean tokens per step (the global batch: train.micro_batches x\n"
+  out += "rank: place in this ranking; v: virtual stages per pipeline rank; m: train.micro_batches, all DP replicas\n"
+         "together (each runs m/dp); recompute, zero, sp: model.recompute, parallel.zero, sequence parallelism;\n"
+         "symmetric: a schedule that orders the same actions as 1f1b (any on pp=1; gpipe and zb1 on m/dp=1).\n"
+         "step_s: mean simulated step time; tok/st: mean tokens per step (the global batch: train.micro_batches x\n"
          "the context window; rows with another m than the deck's say so); MFU: model FLOP/s per device / peak\n"
          "(log.peak_tflops, else plan.device's peak at train.precision; '-': no peak known); mem_GiB: predicted peak\n"
          "per rank; bubble: pipeline idle share; TP/CP/PP/DP: share of the step time a rank spends in TP\n"

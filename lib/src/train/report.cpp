@@ -267,8 +267,10 @@ void print_run_summary(const grid::ProcessGrid& grid, double predicted_bytes, co
                  core::format_bytes(k_max), rss_min, rss_sum / n, rss_max, rss_argmax);
   if (stopped) spdlog::warn("stop requested (SIGTERM/SIGUSR1): checkpoint written after step {}", step);
   if (total_steps > 0)
-    spdlog::info("done: {} steps | peak memory per rank {:.0f}-{:.0f} MiB | final loss {:.4f}{}", step, rss_min,
-                 rss_max, last.loss, last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "");
+    spdlog::info("done: {} steps | {} | final loss {:.4f}{}", step,
+                 n == 1 ? fmt::format("peak memory {:.0f} MiB", rss_max)
+                        : fmt::format("peak memory per rank {:.0f}-{:.0f} MiB", rss_min, rss_max),
+                 last.loss, last.val_loss >= 0 ? fmt::format(" | val {:.4f}", last.val_loss) : "");
 }
 
 }  // namespace wlb::train

@@ -33,7 +33,8 @@
 ///   Communicator::ialltoallv_device, ncclSend/ncclRecv in one group): device
 ///   to device, no host copies; blocking, so each trip is exposed time (the
 ///   ping-pong halves still run, but after the trip instead of under it);
-/// - host builds: MPI_Ialltoallv on the Views, hidden behind the local rows;
+/// - host builds: Communicator::ialltoallv (nonblocking, MPI) on the Views,
+///   hidden behind the local rows;
 /// - CUDA build without NCCL: staged through host mirrors (MPICH is not
 ///   CUDA-aware), the MPI part hidden as on the host.
 /// Communication goes through comm (polite waits, watchdog).
