@@ -240,17 +240,15 @@ void print_run_summary(const grid::ProcessGrid& grid, double predicted_bytes, co
   std::vector<double> all(mine.size() * std::size_t(n));
   grid.world().allgather(mine.data(), all.data(), mine.size());
   if (grid.rank() != 0) return;
-  // A line per rank up to kPerRankLines ranks; beyond, one min/mean/max line
-  // (thousands of ranks must not print thousands of lines).
-  constexpr int kPerRankLines = 8;
+  // One min/mean/max line (thousands of ranks must not print thousands of
+  // lines); a line per rank at log.level=debug.
   double rss_min = 1e300, rss_max = 0, rss_sum = 0, k_min = 1e300, k_max = 0, k_sum = 0, pred_max = 0;
   int rss_argmax = 0;
   for (int r = 0; r < n; ++r) {
     const double* x = &all[std::size_t(r) * mine.size()];
-    if (n <= kPerRankLines)
-      spdlog::info("memory rank {} (pp {}, tp {}): predicted {} | measured Kokkos peak {} ({:+.1f}%) | peak RSS {}",
-                   r, int(x[3]), int(x[4]), core::format_bytes(x[0]), core::format_bytes(x[1]),
-                   x[0] > 0 ? (x[1] / x[0] - 1) * 100 : 0.0, core::format_bytes(x[2]));
+    spdlog::debug("memory rank {} (pp {}, tp {}): predicted {} | measured Kokkos peak {} ({:+.1f}%) | peak RSS {}",
+                  r, int(x[3]), int(x[4]), core::format_bytes(x[0]), core::format_bytes(x[1]),
+                  x[0] > 0 ? (x[1] / x[0] - 1) * 100 : 0.0, core::format_bytes(x[2]));
     if (x[2] / (1024.0 * 1024.0) > rss_max) rss_argmax = r;
     rss_min = std::min(rss_min, x[2] / (1024.0 * 1024.0));
     rss_max = std::max(rss_max, x[2] / (1024.0 * 1024.0));
@@ -260,7 +258,11 @@ void print_run_summary(const grid::ProcessGrid& grid, double predicted_bytes, co
     k_sum += x[1];
     pred_max = std::max(pred_max, x[0]);
   }
-  if (n > kPerRankLines)
+  if (n == 1)
+    spdlog::info("memory: predicted {} | measured Kokkos peak {} ({:+.1f}%) | peak RSS {:.0f} MiB",
+                 core::format_bytes(pred_max), core::format_bytes(k_max),
+                 pred_max > 0 ? (k_max / pred_max - 1) * 100 : 0.0, rss_max);
+  else
     spdlog::info("memory over {} ranks: predicted max {} | measured Kokkos peak min/mean/max {}/{}/{} | peak RSS "
                  "min/mean/max {:.0f}/{:.0f}/{:.0f} MiB (highest: rank {})",
                  n, core::format_bytes(pred_max), core::format_bytes(k_min), core::format_bytes(k_sum / n),
