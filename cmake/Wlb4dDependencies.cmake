@@ -156,7 +156,9 @@ if(WLB4D_ENABLE_CUDNN)
   endif()
   add_library(wlb4d_cudnn INTERFACE)
   target_include_directories(wlb4d_cudnn SYSTEM INTERFACE ${WLB4D_CUDNN_INCLUDE_DIR} ${WLB4D_CUDNN_FRONTEND_INCLUDE_DIR})
-  target_link_libraries(wlb4d_cudnn INTERFACE ${WLB4D_CUDNN_LIBRARY} CUDA::cudart ${CMAKE_DL_LIBS})
+  # NVRTC: cudnn-frontend 1.23's experimental kernel loader (compile_and_load_kernel,
+  # instantiated by its headers) calls nvrtc*; without it the cuDNN build does not link.
+  target_link_libraries(wlb4d_cudnn INTERFACE ${WLB4D_CUDNN_LIBRARY} CUDA::cudart CUDA::nvrtc ${CMAKE_DL_LIBS})
   add_library(wlb4d::cudnn ALIAS wlb4d_cudnn)
   message(STATUS "wlb4d: cuDNN ${WLB4D_CUDNN_LIBRARY}, cudnn-frontend ${WLB4D_CUDNN_FRONTEND_INCLUDE_DIR}")
 endif()
