@@ -81,13 +81,13 @@ strip --strip-unneeded "$P"/bin/real/* "$P"/tests/real/* 2>/dev/null || true
 
 # ---- the shared-library closure (ldd resolves transitively)
 # Left to the target: the driver (libcuda, libnvidia-*), the CUDA runtime
-# libraries (cudart, cuBLAS, cuBLASLt, NCCL), cuDNN (libcudnn*: the 9.x loader
+# libraries (cudart, cuBLAS, cuBLASLt, NCCL, NVRTC: cudnn-frontend compiles with it), cuDNN (libcudnn*: the 9.x loader
 # a cuDNN build links dlopens its engines, libcudnn_engines_precompiled.so.9
 # alone 245 MB, from its own folder; gpu-check.sh finds them in the target's
 # site-packages/nvidia/cudnn/lib), and the vDSO. glibc goes to lib/glibc, used
 # only through the bundled loader when the target's glibc is too old. Keep
 # this list equal to check-closure.sh's target_re.
-target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libcudnn|linux-vdso)'
+target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvrtc|libcudnn|linux-vdso)'
 glibc_re='^(ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libmvec\.so)'
 declare -A from_target=()
 for f in "$P"/bin/real/* "$P"/tests/real/*; do

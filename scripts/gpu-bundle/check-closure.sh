@@ -12,7 +12,7 @@
 set -euo pipefail
 P=$(cd "${1:?usage: check-closure.sh PAYLOAD}" && pwd)
 # The same list as gpu-bundle.sh's target_re (without the vDSO).
-target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libcudnn)'
+target_re='^(libcuda\.so|libnvidia-|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvrtc|libcudnn)'
 glibc_re='^(ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libmvec\.so)'
 bad=0
 elfs=()
