@@ -134,8 +134,10 @@ void copy_label(char* dst, std::size_t n, const std::string& src) {
   if (!stopped.empty()) msg += " (SIGKILL sent to the stopped " + stopped + ")";
   if (!note.empty()) msg += "; " + note;
   std::fprintf(stderr, "[r%d] wlb4d: error: %s\n", w.world_rank, msg.c_str());
-  std::fflush(stderr);
-  std::fflush(stdout);
+  // The process manager ends this rank as soon as it sees the stopped one
+  // die, and drops what it has not yet read from this rank's pipes: let it
+  // read the message first.
+  core::wait_output_forwarded(2.0);
   end_stopped_peers();
   // MPI_THREAD_FUNNELED: the main thread is blocked inside MPI (that is why
   // we are here); MPI_Abort only tells the process manager to end the job.
@@ -176,7 +178,7 @@ void before_abort() {
   std::fprintf(stderr, "[r%d] wlb4d: sending SIGKILL to the stopped %s of this host (a stopped process never handles "
                        "the abort's SIGTERM and would outlive the job)\n",
                watch().world_rank, stopped.c_str());
-  std::fflush(stderr);
+  core::wait_output_forwarded(2.0);
   end_stopped_peers();
 }
 

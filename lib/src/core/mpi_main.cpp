@@ -7,6 +7,10 @@
 #include "wlb4d/core/memory.hpp"
 #include <mpi.h>
 
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -29,6 +33,19 @@ std::string g_program = "wlb4d";
 void set_before_abort(void (*fn)()) { g_before_abort.store(fn); }
 void run_before_abort() {
   if (auto fn = g_before_abort.load()) fn();
+}
+
+void wait_output_forwarded(double max_seconds) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_seconds);
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat st{};
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) continue;
+    int pending = 0;
+    while (ioctl(fd, FIONREAD, &pending) == 0 && pending > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 int world_rank() {
@@ -175,6 +192,8 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   std::fflush(stderr);
   std::fflush(stdout);
   if (abort_job && world_size() > 1) {
+    // The messages reach mpiexec before the job is torn down.
+    wait_output_forwarded(2.0);
     // Every rank failed (a bad dataset, a full disk: each has said why):
     // none waits in a collective, so each ends alone with the code, and
     // mpiexec ends the job without MPI_Abort's banner under our messages.

@@ -34,6 +34,13 @@ int mpi_main(int argc, char** argv, const std::function<int(int, char**)>& body)
 void set_before_abort(void (*fn)());
 /// Calls the hook (if any); for other abort paths (the phase deadline).
 void run_before_abort();
+/// Waits, at most max_seconds, until what this process wrote to stdout and
+/// stderr has been read from the pipes (FIONREAD reaches 0). Under mpiexec
+/// those pipes lead to the process manager, which drops what it has not yet
+/// read once it tears the job down: call this after a last message and
+/// before anything that ends the job (MPI_Abort, killing a peer, _Exit).
+/// Returns at once where an output is a file or a terminal.
+void wait_output_forwarded(double max_seconds);
 
 /// True when MPI_Init_thread provided MPI_THREAD_MULTIPLE (mpi_main asks
 /// for it: a background thread, the asynchronous checkpoint writer, may then
