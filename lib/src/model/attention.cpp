@@ -202,6 +202,14 @@ double attention_flops_forward_backward(HostCIntVec kv_lo, HostCIntVec kv_hi,
          attention_flops_forward(kv_lo, kv_hi, num_keys, heads_q, head_dim);
 }
 
+std::int64_t attention_nondeterministic_graphs() {
+#ifdef WLB4D_HAVE_CUDNN
+  return attn_impl::cudnn_sdpa::nondeterministic_graphs();
+#else
+  return 0;
+#endif
+}
+
 std::string attention_summary() {
   const std::string why = " [" + attn_impl::selection().why + "]";
 #ifdef WLB4D_HAVE_CUDNN

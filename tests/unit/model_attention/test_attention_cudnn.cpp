@@ -16,7 +16,11 @@
 //            |ΔD_i| <= u Σ_d |dout_id out_id|, dS cast to bf16:
 //            |ΔdS_ij| <= u |dS_ij| + P_ij |ΔD_i|
 //   dq_i   = scale Σ_j dS_ij k_j, rounded:  |Δdq_id| <= scale Σ_j |ΔdS_ij||k_jd| + u |dq_id|
-//   dk_j   = scale Σ_i dS_ij q_i, rounded:  |Δdk_jd| <= scale Σ_i |ΔdS_ij||q_id| + u |dk_jd|
+//   dk_j   = scale Σ_i dS_ij q_i per entry, each entry's part rounded, then
+//            summed over the entries holding j (a CP shard holding two chunks
+//            of one document has two; their parts may cancel, so the rounding
+//            term is u Σ_e |dk_e| <= u scale Σ_i |dS_ij||q_id|, not u |dk_jd|):
+//            |Δdk_jd| <= scale Σ_i (|ΔdS_ij| + u |dS_ij|) |q_id|
 //   lse_i  only fp32 summation order and exp: |Δlse| <= 2^-16 (1 + |lse|)
 // The sums are formed in fp64 on the host from the same inputs (an independent
 // naive attention); each bound is doubled for the fp32 accumulations on both
@@ -31,6 +35,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -209,13 +214,12 @@ Bounds bounds(const Host& h, const Result& ref) {
         for (int e = 0; e < D; ++e) {
           b.dv[(std::size_t(j) * h.hkv + g) * D + e] += 2 * kU * P * std::abs(dO(i, hh, e));
           b.dq[(std::size_t(i) * h.hq + hh) * D + e] += h.scale * ddS * std::abs(K(j, g, e));
-          b.dk[(std::size_t(j) * h.hkv + g) * D + e] += h.scale * ddS * std::abs(Q(i, hh, e));
+          b.dk[(std::size_t(j) * h.hkv + g) * D + e] += h.scale * (ddS + kU * std::abs(dS)) * std::abs(Q(i, hh, e));
         }
       }
     }
   }
   for (std::size_t x = 0; x < b.dq.size(); ++x) b.dq[x] += kU * std::abs(ref.dq[x]);
-  for (std::size_t x = 0; x < b.dk.size(); ++x) b.dk[x] += 2 * kU * std::abs(ref.dk[x]);
   for (auto* v : {&b.out, &b.dq, &b.dk, &b.dv})
     for (auto& x : *v) x = 2 * x + 1e-6;
   return b;
@@ -256,9 +260,15 @@ void check_case(const Case& c) {
   expect_within("dq", cud.dq, ref.dq, b.dq);
   expect_within("dk", cud.dk, ref.dk, b.dk);
   expect_within("dv", cud.dv, ref.dv, b.dv);
-  // Deterministic backward: a rerun gives the same bits (a failure here with
-  // the warning "cuDNN offers no deterministic SDPA backward" names the graph).
+  // Deterministic backward: a rerun gives the same bits, unless cuDNN refused
+  // the deterministic algorithm for this graph (a warning names it; e.g.
+  // ragged layouts on sm_8x/sm_12x with cuDNN >= 9.18.1).
   const Result again = run(h, "cudnn", nullptr);
+  if (attention_nondeterministic_graphs() > 0) {
+    std::printf("%s: cuDNN built a non-deterministic backward (%lld graph(s) so far): no bitwise rerun check\n",
+                c.name.c_str(), static_cast<long long>(attention_nondeterministic_graphs()));
+    return;
+  }
   EXPECT_EQ(again.dq, cud.dq) << "dq differs between two runs";
   EXPECT_EQ(again.dk, cud.dk) << "dk differs between two runs";
   EXPECT_EQ(again.dv, cud.dv) << "dv differs between two runs";
@@ -286,5 +296,9 @@ TEST(AttentionCudnn, VariableLengthDocumentsAgainstThePortableKernel) {
       check_case({"T = 1" + tag, docs, 1, 0, heads.first, heads.second, d, 200});
       check_case({"one length-1 document" + tag, {1}, 1, 0, heads.first, heads.second, d});
       check_case({"empty CP shard" + tag, docs, 2, 0, heads.first, heads.second, d, -1, true});
+      // One long document over cp=2: rank 0 holds chunks 0 and 3, so keys of
+      // chunk 0 are in two batch entries and their dK/dV parts are summed.
+      check_case({"one document, cp=2 rank 0" + tag, {300}, 2, 0, heads.first, heads.second, d});
+      check_case({"one document, cp=3 rank 1" + tag, {300}, 3, 1, heads.first, heads.second, d});
     }
 }

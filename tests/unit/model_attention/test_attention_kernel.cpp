@@ -238,7 +238,8 @@ TEST(AttentionGraphKey, Bucketing) {
   EXPECT_NE(sdpa_graph_key(ra, 8, 2, 128, false), sdpa_graph_key(rb, 8, 8, 128, false));
   const auto rc = ragged(doc_causal({260, 40}, a));  // a longer document: s 512
   EXPECT_NE(sdpa_graph_key(ra, 8, 2, 128, false), sdpa_graph_key(rc, 8, 2, 128, false));
-  EXPECT_EQ(sdpa_graph_key(ra, 8, 2, 128, false).str(), "fwd b=4 s_q=256 s_kv=256 rows=512/512 hq=8 hkv=2 d=128");
+  EXPECT_EQ(sdpa_graph_key(ra, 8, 2, 128, false).str(), "fwd b=4 s_q=256 s_kv=256 hq=8 hkv=2 d=128");
+  EXPECT_EQ(sdpa_graph_key(ra, 8, 2, 128, true).str(), "bwd b=4 s_q=256 s_kv=256 rows=512/512 hq=8 hkv=2 d=128");
   // The total rows are bucketed too: 300 and 280 tokens (+1 padding row) share 512.
   EXPECT_EQ(ra.total_q, 512);
   EXPECT_EQ(rb.total_q, 512);
@@ -247,7 +248,9 @@ TEST(AttentionGraphKey, Bucketing) {
   const auto rd = ragged(doc_causal({200, 200, 200}, c600));  // same b and s buckets, more rows
   EXPECT_EQ(rd.batch, ra.batch);
   EXPECT_EQ(rd.s_q, ra.s_q);
-  EXPECT_NE(sdpa_graph_key(ra, 8, 2, 128, false), sdpa_graph_key(rd, 8, 2, 128, false));
+  // Only the backward's workspaces depend on the rows: the forward graph is shared.
+  EXPECT_EQ(sdpa_graph_key(ra, 8, 2, 128, false), sdpa_graph_key(rd, 8, 2, 128, false));
+  EXPECT_NE(sdpa_graph_key(ra, 8, 2, 128, true), sdpa_graph_key(rd, 8, 2, 128, true));
   EXPECT_THROW(sdpa_graph_key(ragged(doc_causal({4}, {})), 8, 2, 128, false), std::invalid_argument);
 }
 

@@ -167,4 +167,12 @@ core::AttentionKernelChoice select_attention_kernel(const std::string& requested
 /// "portable" or "cudnn": the kernel select_attention_kernel chose (portable before).
 std::string attention_kernel_in_use();
 
+/// How many cuDNN backward graphs this process built without cuDNN's
+/// deterministic algorithm: where cuDNN refuses it for the shape or device
+/// (e.g. ragged layouts on sm_8x/sm_12x with cuDNN >= 9.18.1), or where its
+/// workspace would not fit the device (it grows with batch x heads x
+/// s_q x s_kv of the bucket). Each is also a warning. 0 on builds without
+/// cuDNN, and whenever every backward rerun gives the same bits.
+std::int64_t attention_nondeterministic_graphs();
+
 }  // namespace wlb::model

@@ -119,7 +119,10 @@ std::int64_t bucket_total_rows(std::int64_t n);
 /// dim of this rank's call, and the direction. Equal keys share a graph.
 struct SdpaGraphKey {
   int batch = 0, s_q = 0, s_kv = 0;  ///< bucketed b, s_q, s_kv
-  std::int64_t total_q = 0, total_kv = 0;  ///< bucketed packed rows (RaggedAttention::total_q/kv)
+  /// Bucketed packed rows (RaggedAttention::total_q/kv) for the backward, whose
+  /// max_total_seq_len sizes its workspaces; 0 for the forward, which does not
+  /// use them (so calls that differ only there share a forward graph).
+  std::int64_t total_q = 0, total_kv = 0;
   int heads_q = 0, heads_kv = 0;     ///< Hq, Hkv (GQA: Hq a multiple of Hkv)
   int head_dim = 0;                  ///< D
   bool backward = false;             ///< the backward graph (dQ, dK, dV) instead of the forward (O, stats)
@@ -129,7 +132,7 @@ struct SdpaGraphKey {
            a.heads_kv == b.heads_kv && a.head_dim == b.head_dim && a.backward == b.backward;
   }
   friend bool operator!=(const SdpaGraphKey& a, const SdpaGraphKey& b) { return !(a == b); }
-  std::string str() const;  ///< "fwd b=8 s_q=1024 s_kv=2048 rows=4096/8192 hq=8 hkv=2 d=128"
+  std::string str() const;  ///< "bwd b=8 s_q=1024 s_kv=2048 rows=4096/8192 hq=8 hkv=2 d=128" (no rows= for fwd)
 };
 struct SdpaGraphKeyHash {
   std::size_t operator()(const SdpaGraphKey& k) const;

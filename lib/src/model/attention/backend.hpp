@@ -109,6 +109,8 @@ void backward(View3<const float> q, View3<const float> k, View3<const float> v, 
               const Dims& dm);
 /// "cuDNN 9.19.0 (cudnn-frontend 1.23.0)": the library this process loaded.
 std::string versions();
+/// Backward graphs built without the deterministic algorithm (attention.hpp).
+std::int64_t nondeterministic_graphs();
 }  // namespace cudnn_sdpa
 #endif
 

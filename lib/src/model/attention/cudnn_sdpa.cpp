@@ -35,11 +35,13 @@
 #include "wlb4d/core/bf16.hpp"
 #include "wlb4d/model/attention_ragged.hpp"
 
+#include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -195,19 +197,39 @@ Plan build_graph(const SdpaGraphKey& key, bool deterministic) {
   return p;
 }
 
+std::atomic<std::int64_t> g_nondeterministic{0};
+
+// Half of the device memory free now: the most a deterministic backward's
+// workspace may take before the default algorithm runs instead.
+std::int64_t workspace_limit() {
+  std::size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(free_bytes / 2);
+}
+
 // The backward asks for the deterministic algorithm (layout equivalence needs
-// bitwise reruns); where cuDNN offers none for the shape or the device, it
-// says so once per graph and runs the default one.
+// bitwise reruns). Where cuDNN offers none for the shape or the device, or
+// where its workspace would not fit (cudnn-frontend 1.23 sizes the
+// deterministic dP workspace as b x h_q x s_q x s_kv x 2 bytes of the bucket:
+// every entry pays for the longest), it says so once per graph and runs the
+// default one (dQ accumulated with atomics, workspace sized by the packed rows).
 Plan build(const SdpaGraphKey& key) {
   if (!key.backward) return build_graph(key, false);
+  std::string why;
   try {
-    return build_graph(key, true);
+    Plan p = build_graph(key, true);
+    const std::int64_t limit = workspace_limit();
+    if (p.workspace_bytes <= limit) return p;
+    why = "its workspace, " + std::to_string(p.workspace_bytes >> 20) + " MiB, exceeds half of the free device memory (" +
+          std::to_string(limit >> 20) + " MiB)";
   } catch (const std::runtime_error& e) {
-    spdlog::warn("attention: cuDNN offers no deterministic SDPA backward for the {} graph ({}); running its "
-                 "non-deterministic one: reruns may differ in the last bits",
-                 key.str(), e.what());
-    return build_graph(key, false);
+    why = std::string("cuDNN offers none: ") + e.what();
   }
+  ++g_nondeterministic;
+  spdlog::warn("attention: no deterministic cuDNN SDPA backward for the {} graph ({}); running the "
+               "non-deterministic one: reruns may differ in the last bits",
+               key.str(), why);
+  return build_graph(key, false);
 }
 
 SdpaPlanCache<Plan>& cache() {
@@ -240,7 +262,11 @@ struct DeviceMaps {
 DeviceMaps upload(const RaggedAttention& r, int hq, int hkv, int d) {
   std::vector<std::int32_t> all;
   std::vector<std::pair<std::size_t, std::size_t>> at;
+  // Each array starts on a 16-byte boundary: cudnn-frontend declares every
+  // tensor with 16-byte alignment (Tensor_attributes::alignment), and cuDNN
+  // refuses a misaligned pointer (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER).
   auto add = [&](const std::vector<std::int32_t>& x) {
+    all.resize((all.size() + 3) & ~std::size_t(3), 0);
     at.emplace_back(all.size(), x.size());
     all.insert(all.end(), x.begin(), x.end());
   };
@@ -437,6 +463,8 @@ void backward(View3<const float> q, View3<const float> k, View3<const float> v, 
   sum_keys(b.dv, m.key_rows_begin, m.key_rows, dv);
   ExecSpace().fence();
 }
+
+std::int64_t nondeterministic_graphs() { return g_nondeterministic.load(); }
 
 std::string versions() {
   const std::size_t v = cudnnGetVersion();  // e.g. 91900 for 9.19.0

@@ -121,8 +121,8 @@ RaggedAttention ragged_attention(const std::int32_t* kv_lo, const std::int32_t* 
 
 std::string SdpaGraphKey::str() const {
   return std::string(backward ? "bwd" : "fwd") + " b=" + std::to_string(batch) + " s_q=" + std::to_string(s_q) +
-         " s_kv=" + std::to_string(s_kv) + " rows=" + std::to_string(total_q) + "/" + std::to_string(total_kv) +
-         " hq=" + std::to_string(heads_q) + " hkv=" + std::to_string(heads_kv) +
+         " s_kv=" + std::to_string(s_kv) +
+         (backward ? " rows=" + std::to_string(total_q) + "/" + std::to_string(total_kv) : std::string()) + " hq=" + std::to_string(heads_q) + " hkv=" + std::to_string(heads_kv) +
          " d=" + std::to_string(head_dim);
 }
 
@@ -137,7 +137,8 @@ std::size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& k) const {
 
 SdpaGraphKey sdpa_graph_key(const RaggedAttention& r, int heads_q, int heads_kv, int head_dim, bool backward) {
   if (r.batch <= 0) throw std::invalid_argument("sdpa_graph_key: the call has no attending query (batch 0)");
-  return SdpaGraphKey{r.batch, r.s_q, r.s_kv, r.total_q, r.total_kv, heads_q, heads_kv, head_dim, backward};
+  return SdpaGraphKey{r.batch,   r.s_q,    r.s_kv,   backward ? r.total_q : 0, backward ? r.total_kv : 0,
+                      heads_q, heads_kv, head_dim, backward};
 }
 
 }  // namespace wlb::model
