@@ -3,14 +3,30 @@
 // (i, j) pairs), backward 2.5 × forward (the kernel itself recomputes S and dP once
 // more, 7 tile matmuls instead of 5, to stay atomic-free).
 // Args: (number of documents, tokens per document, heads, head dim).
+//
+// BM_attention_lengths: one packed micro-batch of T tokens whose documents'
+// lengths are drawn (seeded) from a length sample: WLB4D_BENCH_LENGTHS, else
+// the source tree's inputs/dist/dist_prolong.json (DistCA's ProLong sample);
+// a document longer than what is left of T is cut, as the fixed packer
+// does. Args (T, Hq, Hkv, D, kernel): kernel 0 is the portable kernel, 1
+// cuDNN's fused SDPA (model.attention_kernel = cudnn; skipped on a build
+// without it), measured side by side in one run. Counters: TFLOPs (forward +
+// backward, pairs counted per document) and, with WLB4D_PEAK_TFLOPS set (the
+// device's dense bf16 peak), peak_share = TFLOPs / peak.
+#include "wlb4d/balance/doc_source.hpp"
+#include "wlb4d/core/attention_kernel.hpp"
 #include "wlb4d/model/attention.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -21,17 +37,22 @@ struct Case {
   float scale = 1.0f;
   double flops_fwd = 0;
 
-  Case(int docs, int len, int H, int D) {
-    const int T = docs * len;
-    q = wlb::View3<float>(std::string("q"), T, H, D);
-    k = wlb::View3<float>(std::string("k"), T, H, D);
-    v = wlb::View3<float>(std::string("v"), T, H, D);
-    dout = wlb::View3<float>(std::string("dout"), T, H, D);
-    out = wlb::View3<float>(std::string("out"), T, H, D);
-    dq = wlb::View3<float>(std::string("dq"), T, H, D);
-    dk = wlb::View3<float>(std::string("dk"), T, H, D);
-    dv = wlb::View3<float>(std::string("dv"), T, H, D);
-    lse = wlb::View2<float>(std::string("lse"), H, T);
+  Case(int docs, int len, int H, int D) : Case(std::vector<int>(std::size_t(docs), len), H, H, D) {}
+
+  // Documents of `lens` tokens packed back to back; Hq query heads over Hkv
+  // key/value heads (GQA).
+  Case(const std::vector<int>& lens, int Hq, int Hkv, int D) {
+    int T = 0;
+    for (int l : lens) T += l;
+    q = wlb::View3<float>(std::string("q"), T, Hq, D);
+    k = wlb::View3<float>(std::string("k"), T, Hkv, D);
+    v = wlb::View3<float>(std::string("v"), T, Hkv, D);
+    dout = wlb::View3<float>(std::string("dout"), T, Hq, D);
+    out = wlb::View3<float>(std::string("out"), T, Hq, D);
+    dq = wlb::View3<float>(std::string("dq"), T, Hq, D);
+    dk = wlb::View3<float>(std::string("dk"), T, Hkv, D);
+    dv = wlb::View3<float>(std::string("dv"), T, Hkv, D);
+    lse = wlb::View2<float>(std::string("lse"), Hq, T);
     lo = wlb::IntVec(std::string("kv_lo"), T);
     hi = wlb::IntVec(std::string("kv_hi"), T);
     std::mt19937 rng(1);
@@ -43,14 +64,15 @@ struct Case {
     }
     auto hlo = Kokkos::create_mirror_view(lo);
     auto hhi = Kokkos::create_mirror_view(hi);
-    for (int i = 0; i < T; ++i) {  // document-causal mask of a packed batch
-      hlo(i) = i / len * len;
-      hhi(i) = i;
-    }
+    for (int d = 0, start = 0; d < int(lens.size()); start += lens[d++])
+      for (int i = start; i < start + lens[d]; ++i) {  // document-causal mask of a packed batch
+        hlo(i) = start;
+        hhi(i) = i;
+      }
     Kokkos::deep_copy(lo, hlo);
     Kokkos::deep_copy(hi, hhi);
     scale = 1.0f / std::sqrt(float(D));
-    flops_fwd = wlb::model::attention_flops_forward(hlo, hhi, T, H, D);
+    flops_fwd = wlb::model::attention_flops_forward(hlo, hhi, T, Hq, D);
   }
   void forward() { wlb::model::attention_forward(q, k, v, lo, hi, scale, out, lse); }
   void backward() {
@@ -96,6 +118,55 @@ void BM_attention_fwd_bwd(benchmark::State& st) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
+#ifndef WLB4D_BENCH_DEFAULT_LENGTHS
+#define WLB4D_BENCH_DEFAULT_LENGTHS "inputs/dist/dist_prolong.json"
+#endif
+
+// T tokens of documents drawn from the length sample (file comment), seed 1.
+std::vector<int> sampled_lengths(int T) {
+  const char* env = std::getenv("WLB4D_BENCH_LENGTHS");
+  const std::string path = env && *env ? env : WLB4D_BENCH_DEFAULT_LENGTHS;
+  const std::vector<std::int64_t> sample = wlb::balance::load_lengths_json(path);
+  std::mt19937_64 g(1);
+  std::vector<int> lens;
+  for (int left = T; left > 0;) {
+    const int l = int(std::min<std::int64_t>(sample[g() % sample.size()], left));
+    lens.push_back(l);
+    left -= l;
+  }
+  return lens;
+}
+
+void BM_attention_lengths(benchmark::State& st) {
+  const int T = int(st.range(0)), Hq = int(st.range(1)), Hkv = int(st.range(2)), D = int(st.range(3));
+  const bool cudnn = st.range(4) == 1;
+  if (cudnn && !wlb::core::cudnn_attention_built()) {
+    st.SkipWithError("this build has no cuDNN attention (-DWLB4D_ENABLE_CUDNN=ON)");
+    return;
+  }
+  const std::vector<int> lens = sampled_lengths(T);
+  wlb::model::select_attention_kernel(cudnn ? "cudnn" : "portable", D, cudnn ? "bf16" : "fp32");
+  Case c(lens, Hq, Hkv, D);
+  c.forward();  // builds and caches cuDNN's graphs outside the timed loop
+  c.backward();
+  Kokkos::fence();
+  const double flops = (1.0 + wlb::model::kAttentionBackwardFlopFactor) * c.flops_fwd;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : st) {
+    c.forward();
+    c.backward();
+    Kokkos::fence();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wlb::model::select_attention_kernel("portable", D, "fp32");
+  const double tflops = secs > 0 ? flops * double(st.iterations()) / secs * 1e-12 : 0.0;
+  st.counters["TFLOPs"] = tflops;
+  st.counters["docs"] = double(lens.size());
+  if (const char* peak = std::getenv("WLB4D_PEAK_TFLOPS"); peak && std::atof(peak) > 0)
+    st.counters["peak_share"] = tflops / std::atof(peak);
+  st.SetLabel(cudnn ? "cudnn" : "portable");
+}
+
 // The SGEMM reference at the attention's shapes, measured by the same binary
 // in the same run: the two products of the forward for the full,
 // unmasked T × T score matrix of one head, S = Q·Kᵀ (T × T × D, "N","T") and
@@ -125,3 +196,13 @@ BENCHMARK(BM_sgemm_attn_shapes)->Args({1024, 64})->Args({1024, 128})->Unit(bench
 BENCHMARK(BM_attention_fwd) WLB4D_ATTN_ARGS->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_attention_bwd) WLB4D_ATTN_ARGS->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_attention_fwd_bwd) WLB4D_ATTN_ARGS->Unit(benchmark::kMillisecond)->UseRealTime();
+// ProLong-length documents in one micro-batch, bench-1b-8k's heads (16 over 8,
+// D = 128) and Llama-3.2-1B's (32 over 8, D = 64); portable, then cuDNN.
+// The 8192-token rows are for a GPU (scripts/gpu-bundle/gpu-check.sh):
+// filter with --benchmark_filter on a CPU.
+BENCHMARK(BM_attention_lengths)
+    ->ArgNames({"T", "Hq", "Hkv", "D", "cudnn"})
+    ->Args({1024, 4, 2, 64, 0})
+    ->Args({8192, 16, 8, 128, 0})->Args({8192, 16, 8, 128, 1})
+    ->Args({8192, 32, 8, 64, 0})->Args({8192, 32, 8, 64, 1})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();

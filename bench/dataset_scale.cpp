@@ -5,21 +5,33 @@
 //       TokenDatasetWriter (the writer wlb4d-prep uses: Fletcher32 chunks):
 //       DOCS documents of 2..2*TOKENS/DOCS-2 tokens (seeded), ids < 257,
 //       TOKENS tokens in all (the last document takes the remainder).
+//   dataset_scale make-lengths PATH LENGTHS_JSON TOKENS   writes a synthetic
+//       dataset whose document lengths (EOS included) are drawn i.i.d.
+//       (seeded) from a length sample, a JSON array of token counts such as
+//       inputs/dist/dist_prolong.json (balance::load_lengths_json), until
+//       TOKENS tokens (the last document is cut to fit); ids < 257. The GPU
+//       benchmark's long-document data (scripts/gpu-bundle.sh,
+//       inputs/bench-1b-8k.ini): what WLB-LLM balances is the lengths, not
+//       the text.
 //   dataset_scale open PATH [SHUFFLE]     opens it as the trainer does
 //       (TokenDataset::open, then a DocumentStream over it, shuffled unless
 //       SHUFFLE is 0) and prints the open time, the stream's construction
 //       time, and this process's resident memory before and after (VmRSS,
 //       VmHWM from /proc/self/status) against the dataset's own index bytes.
+#include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/core/clock.hpp"
 #include "wlb4d/data/dataset.hpp"
 #include "wlb4d/data/document_stream.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 using namespace wlb;
 
@@ -58,6 +70,34 @@ int make(const std::string& path, long long docs, long long tokens) {
   return 0;
 }
 
+int make_lengths(const std::string& path, const std::string& lengths_json, long long tokens) {
+  const std::vector<std::int64_t> lengths = balance::load_lengths_json(lengths_json);
+  if (tokens < 2) {
+    std::fprintf(stderr, "dataset_scale make-lengths: need TOKENS >= 2\n");
+    return 2;
+  }
+  const double t0 = core::wall_seconds();
+  data::TokenDatasetWriter w(path, "bytes", 257, 256, "dataset_scale synthetic, lengths of " + lengths_json, "");
+  std::mt19937_64 g(1234);
+  long long left = tokens, docs = 0, longest = 0;
+  std::vector<token_t> doc;
+  while (left >= 2) {
+    long long len = std::max<long long>(2, lengths[g() % lengths.size()]);
+    len = std::min(len, left);
+    left -= len;
+    longest = std::max(longest, len);
+    doc.resize(std::size_t(len - 1));
+    for (auto& t : doc) t = static_cast<token_t>(g() & 0xFF);
+    w.append(doc);
+    ++docs;
+  }
+  w.finish();
+  std::printf("dataset_scale: wrote %s: %lld documents (lengths drawn from %s, longest %lld), %lld tokens in %.1f s\n",
+              path.c_str(), docs, lengths_json.c_str(), longest, static_cast<long long>(w.num_tokens()),
+              core::wall_seconds() - t0);
+  return 0;
+}
+
 int open(const std::string& path, bool shuffle) {
   const double rss0 = status_mib("VmRSS");
   const double t0 = core::wall_seconds();
@@ -87,11 +127,13 @@ int open(const std::string& path, bool shuffle) {
 int main(int argc, char** argv) {
   try {
     if (argc >= 5 && std::string(argv[1]) == "make") return make(argv[2], std::atoll(argv[3]), std::atoll(argv[4]));
+    if (argc >= 5 && std::string(argv[1]) == "make-lengths") return make_lengths(argv[2], argv[3], std::atoll(argv[4]));
     if (argc >= 3 && std::string(argv[1]) == "open") return open(argv[2], argc < 4 || std::string(argv[3]) != "0");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dataset_scale: error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: dataset_scale make PATH DOCS TOKENS | dataset_scale open PATH [SHUFFLE]\n");
+  std::fprintf(stderr, "usage: dataset_scale make PATH DOCS TOKENS | dataset_scale make-lengths PATH LENGTHS_JSON TOKENS"
+                       " | dataset_scale open PATH [SHUFFLE]\n");
   return 2;
 }

@@ -62,6 +62,12 @@ mkdir -p "$P"/{bin/real,tests/real,lib/glibc,inputs,data,ref,tools}
 # ---- binaries: the tools, hydra, and the tests gpu-check.sh runs on the device
 tools=(wlb4d wlb4d-prep wlb4d-ckpt wlb4d-plan)
 for t in "${tools[@]}"; do cp "$BIN_BUILD/app/$t" "$P/bin/real/"; done
+# The attention benchmark (portable kernel against cuDNN on ProLong-length
+# documents, gpu-check.sh step 4), where the build made it.
+if [ -x "$BIN_BUILD/bench/attention_bench" ]; then
+  cp "$BIN_BUILD/bench/attention_bench" "$P/bin/real/"
+  tools+=(attention_bench)
+fi
 hydra=$(readlink -f "$(command -v mpiexec)")
 proxy=$(command -v hydra_pmi_proxy || true)
 [ -x "$hydra" ] && [ -n "$proxy" ] || { echo "gpu-bundle: mpiexec (hydra) and hydra_pmi_proxy must be on PATH" >&2; exit 1; }
@@ -116,7 +122,9 @@ for f in "$P"/tests/real/*; do ln -s ../bin/run "$P/tests/$(basename "$f")"; don
 
 # ---- decks, datasets, CPU references
 cp inputs/ci-base.ini inputs/ci-tiny.ini inputs/ci-tiny.ref.csv inputs/quickstart.ini \
-   inputs/bench-quickstart.ini inputs/bench-gpt2-small.ini inputs/bench-1b.ini "$P/inputs/"
+   inputs/bench-quickstart.ini inputs/bench-gpt2-small.ini inputs/bench-1b.ini inputs/bench-1b-8k.ini "$P/inputs/"
+mkdir -p "$P/inputs/dist"
+cp inputs/dist/dist_prolong.json "$P/inputs/dist/"
 cp tests/tools/check_losses.py bench/torch_compare.py "$P/tools/"
 cp scripts/gpu-bundle/gpu-check.sh "$P/gpu-check.sh"
 H=$(cd "$HOST_BUILD_DIR/app" && pwd)
@@ -124,6 +132,14 @@ H=$(cd "$HOST_BUILD_DIR/app" && pwd)
 # The quickstart's datasets, made as README's Data section makes them.
 "$H/wlb4d-prep" --input inputs/corpus/sotu-embedded.jsonl.xz --output "$P/data/sotu-train.h5" \
   --val-fraction 0.1 --val-output "$P/data/sotu-val.h5" >/dev/null
+# Long documents for bench-1b-8k: synthetic tokens, document lengths drawn
+# from DistCA's ProLong sample; 1 M tokens, about 30 steps of 4 x 8192.
+HB=$(cd "$HOST_BUILD_DIR" && pwd)
+if [ -x "$HB/bench/dataset_scale" ]; then
+  "$HB/bench/dataset_scale" make-lengths "$P/data/prolong-8k.h5" inputs/dist/dist_prolong.json 1000000 >/dev/null
+else
+  echo "gpu-bundle: no $HOST_BUILD_DIR/bench/dataset_scale: no data/prolong-8k.h5 (gpu-check.sh skips bench-1b-8k)"
+fi
 # The PyTorch peer's micro-batches (gpu-check.sh step 5, tools/torch_compare.py
 # --batches): packed here from the HDF5 file, since the GPU machine's Python
 # may have torch but no h5py. PYTHON, else the first of python3 and
@@ -135,6 +151,10 @@ done
 if [ -n "$peer_py" ]; then
   "$peer_py" bench/torch_compare.py inputs/bench-gpt2-small.ini --wlb4d "$H/wlb4d" --steps 4 \
     --write-batches "$P/data/peer-gpt2-small.npz" --data.train="$P/data/sotu-train.h5"
+  if [ -f "$P/data/prolong-8k.h5" ]; then
+    "$peer_py" bench/torch_compare.py inputs/bench-1b-8k.ini --wlb4d "$H/wlb4d" --steps 4 \
+      --write-batches "$P/data/peer-1b-8k.npz" --data.train="$P/data/prolong-8k.h5"
+  fi
 else
   echo "gpu-bundle: no Python with h5py and numpy here: no data/peer-gpt2-small.npz (gpu-check.sh skips the PyTorch peer)"
 fi

@@ -17,7 +17,10 @@
 #      bundle was built (ref/*.csv; fp32); and quickstart in bf16 (the
 #      device's cublasGemmEx) within 1e-3 of the CPU's bf16 run
 #   4. throughput of bench-quickstart, bench-gpt2-small and bench-1b on 1 GPU,
-#      each in fp32 and bf16: tokens/s, achieved TFLOP/s, MFU against the
+#      each in fp32 and bf16, and of bench-1b-8k (ProLong-length documents,
+#      4 x 8192 tokens) in bf16 with cuDNN attention and with the portable
+#      kernel; then attention alone (bin/attention_bench, BM_attention_lengths,
+#      portable against cuDNN, at most 120 s): tokens/s, achieved TFLOP/s, MFU against the
 #      device's fp32, TF32 and bf16 dense peaks, peak device memory; one table,
 #      RESULTS_DIR/gpu-check.csv. The peaks are the device table's
 #      (core/device_table.hpp, through `wlb4d-plan --devices NAME`) for the
@@ -26,8 +29,9 @@
 #      in the table gets no MFU columns (empty), the rest of the row stays.
 #   5. optional, where python3 has a CUDA PyTorch: the PyTorch peer
 #      (tools/torch_compare.py: the same model from wlb4d's initial weights, the
-#      same packed micro-batches, data/peer-gpt2-small.npz) on bench-gpt2-small,
-#      bf16 autocast and SDPA, 4 steps beside wlb4d's 4, at most 90 s:
+#      same packed micro-batches, data/peer-*.npz) on bench-gpt2-small (at most
+#      90 s) and bench-1b-8k (at most 150 s), bf16 autocast and SDPA, 4 steps
+#      beside wlb4d's 4:
 #      tokens/s and MFU of both under one FLOP formula, and their step-1 losses.
 # WLB4D_CHECK_QUICK=1 (the host-kind bundle test) runs 2 and 3 on the CPU.
 set -uo pipefail
@@ -172,18 +176,28 @@ if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
       awk -F, 'NR > 1 {printf "%s%s", (NR > 2 ? " " : ""), $1}')); MFU columns left empty"
   fi
   csv=$R/gpu-check.csv
-  echo "deck,precision,steps,tokens_per_s,tflops,mfu_fp32,mfu_tf32,mfu_bf16,mem_mib,step_ms,device" >"$csv"
-  printf '%-18s %-5s %12s %10s %9s %9s %9s %10s %9s\n' deck prec tokens/s TFLOP/s "MFU fp32" "MFU tf32" "MFU bf16" \
-    "mem MiB" "step ms"
+  echo "deck,precision,steps,tokens_per_s,tflops,mfu_fp32,mfu_tf32,mfu_bf16,mem_mib,step_ms,device,attention" >"$csv"
+  printf '%-18s %-5s %12s %10s %9s %9s %9s %10s %9s %s\n' deck prec tokens/s TFLOP/s "MFU fp32" "MFU tf32" "MFU bf16" \
+    "mem MiB" "step ms" attention
+  # DECK:PRECISION[:ATTENTION]: ATTENTION is model.attention_kernel (default
+  # auto: cuDNN for bf16 on a cuDNN bundle). bench-1b-8k (ProLong-length
+  # documents, 4 x 8192 tokens) runs in bf16 with each kernel, side by side.
   for run in bench-quickstart:fp32 bench-quickstart:bf16 bench-gpt2-small:fp32 bench-gpt2-small:bf16 \
-             bench-1b:fp32 bench-1b:bf16; do
-    deck=${run%%:*} prec=${run##*:}
-    log=$R/tput-$deck-$prec.log
-    if ! (cd "$R" && timeout 240 "${MPIEXEC[@]}" "$P/bin/wlb4d" "$P/inputs/$deck.ini" --data.train="$P/data/sotu-train.h5" \
-            --train.steps=4 --train.precision="$prec" --comm.backend=nccl --log.csv_file= --log.timing_file= \
-            >"$log" 2>&1); then
-      tail -20 "$log"; fail "throughput $deck $prec (log: $log)"; continue
+             bench-1b:fp32 bench-1b:bf16 bench-1b-8k:bf16:auto bench-1b-8k:bf16:portable; do
+    IFS=: read -r deck prec attn <<<"$run"
+    attn=${attn:-auto}
+    data=sotu-train.h5
+    if [ "$deck" = bench-1b-8k ]; then
+      data=prolong-8k.h5
+      [ -f "$P/data/$data" ] || { echo "  $deck: skipped (the bundle has no data/$data)"; continue; }
     fi
+    log=$R/tput-$deck-$prec-$attn.log
+    if ! (cd "$R" && timeout 240 "${MPIEXEC[@]}" "$P/bin/wlb4d" "$P/inputs/$deck.ini" --data.train="$P/data/$data" \
+            --train.steps=4 --train.precision="$prec" --model.attention_kernel="$attn" --comm.backend=nccl \
+            --log.csv_file= --log.timing_file= >"$log" 2>&1); then
+      tail -20 "$log"; fail "throughput $deck $prec $attn (log: $log)"; continue
+    fi
+    kernel=$(grep -m1 -oE 'attention: (cuDNN fused SDPA|portable kernel)' "$log" | sed 's/attention: //')
     line=$(grep -E 'step +[0-9]+/' "$log" | tail -1)
     tok=$(sed -nE 's/.*\| ([0-9.]+) tok\/s\/dev.*/\1/p' <<<"$line")
     tfl=$(sed -nE 's/.* ([0-9.e+-]+) TFLOP\/s\/dev.*/\1/p' <<<"$line")
@@ -194,17 +208,32 @@ if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
       n = split(pk, p, " "); tf = g + 0;
       if (n == 3) { m1 = sprintf("%.2f%%", 100*tf/p[1]); m2 = sprintf("%.2f%%", 100*tf/p[2]); m3 = sprintf("%.2f%%", 100*tf/p[3]) }
       printf "%s,%s,4,%s,%.3f,%s,%s,%s,%s,%s", d, pr, t, tf, m1, m2, m3, m, s }')"
-    echo "$row,${dev_key:-}" >>"$csv"
+    echo "$row,${dev_key:-},$kernel" >>"$csv"
     IFS=, read -r d pr _ t tf m1 m2 m3 mm sm <<<"$row"
-    printf '%-18s %-5s %12s %10s %9s %9s %9s %10s %9s\n' "$d" "$pr" "$t" "$tf" "$m1" "$m2" "$m3" "$mm" "$sm"
+    printf '%-18s %-5s %12s %10s %9s %9s %9s %10s %9s %s\n' "$d" "$pr" "$t" "$tf" "$m1" "$m2" "$m3" "$mm" "$sm" "$kernel"
   done
+  # Attention alone, forward + backward, on one micro-batch of ProLong-length
+  # documents (bench/attention_bench.cpp, BM_attention_lengths): the portable
+  # kernel against cuDNN at bench-1b-8k's heads and Llama-3.2-1B's.
+  if [ -x "$P/bin/real/attention_bench" ]; then
+    say "attention forward + backward, 8192 tokens of ProLong-length documents (at most 120 s)"
+    if (cd "$R" && WLB4D_BENCH_LENGTHS="$P/inputs/dist/dist_prolong.json" WLB4D_PEAK_TFLOPS="${p_bf16:-}" \
+          timeout 120 "$P/bin/attention_bench" --benchmark_filter='BM_attention_lengths/T:8192' \
+          --benchmark_min_time=1 >"$R/attention_bench.log" 2>&1); then
+      grep -E '^BM_attention_lengths' "$R/attention_bench.log" | sed 's/^/  /'
+      echo "  (TFLOPs: pairs counted per document, FA-2 convention; peak_share: of the bf16 peak ${p_bf16:-unknown})"
+    else
+      tail -20 "$R/attention_bench.log"
+      fail "attention bench (log: $R/attention_bench.log)"
+    fi
+  fi
   grep -h 'bf16 GEMM' "$R"/tput-*-bf16.log 2>/dev/null | head -1 | sed 's/^.*info: /  /'
   echo "  (model FLOP per model::model_flops; steady state = the last of 4 steps; table also in $csv)"
 fi
 
 # ---- 5. the PyTorch peer (optional: needs python3 with a CUDA PyTorch and numpy, not h5py)
 if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
-  say "PyTorch peer beside wlb4d (bench-gpt2-small, bf16, SDPA, 4 steps, at most 90 s)"
+  say "PyTorch peer beside wlb4d (bench-gpt2-small, then bench-1b-8k; bf16, SDPA, 4 steps each)"
   if [ ! -f "$P/data/peer-gpt2-small.npz" ]; then
     echo "  skipped: the bundle has no data/peer-gpt2-small.npz (no h5py where it was built)"
   elif ! python3 -c 'import sys, numpy, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
@@ -214,16 +243,22 @@ if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
     # without one the script looks the GPU's name up itself.
     peer_peak=()
     [ -n "${p_bf16:-}" ] && peer_peak=(--peak-tflops "$p_bf16")
-    if (cd "$R" && timeout 90 python3 "$P/tools/torch_compare.py" "$P/inputs/bench-gpt2-small.ini" --device cuda \
-          --precision bf16 --attention sdpa --batches "$P/data/peer-gpt2-small.npz" --steps 4 --rounds 1 \
-          --threads "$(nproc)" --wlb4d "$P/bin/wlb4d" --mpiexec "$P/bin/mpiexec" ${peer_peak[@]+"${peer_peak[@]}"} \
-          --data.train="$P/data/sotu-train.h5" --comm.backend=nccl >"$R/peer.log" 2>&1); then
-      grep -v '^deck ' "$R/peer.log" | sed 's/^/  /'
-    else
-      rc=$?
-      tail -20 "$R/peer.log"
-      fail "PyTorch peer (exit $rc$([ $rc = 124 ] && echo ': past 90 s'); log: $R/peer.log)"
-    fi
+    # DECK:DATA:NPZ:SECONDS
+    for peer in bench-gpt2-small:sotu-train.h5:peer-gpt2-small.npz:90 bench-1b-8k:prolong-8k.h5:peer-1b-8k.npz:150; do
+      IFS=: read -r deck data npz secs <<<"$peer"
+      [ -f "$P/data/$npz" ] && [ -f "$P/data/$data" ] || { echo "  $deck: skipped (no data/$npz)"; continue; }
+      echo "  -- $deck (at most $secs s)"
+      if (cd "$R" && timeout "$secs" python3 "$P/tools/torch_compare.py" "$P/inputs/$deck.ini" --device cuda \
+            --precision bf16 --attention sdpa --batches "$P/data/$npz" --steps 4 --rounds 1 \
+            --threads "$(nproc)" --wlb4d "$P/bin/wlb4d" --mpiexec "$P/bin/mpiexec" ${peer_peak[@]+"${peer_peak[@]}"} \
+            --data.train="$P/data/$data" --comm.backend=nccl >"$R/peer-$deck.log" 2>&1); then
+        grep -v '^deck ' "$R/peer-$deck.log" | sed 's/^/  /'
+      else
+        rc=$?
+        tail -20 "$R/peer-$deck.log"
+        fail "PyTorch peer $deck (exit $rc$([ $rc = 124 ] && echo ": past $secs s"); log: $R/peer-$deck.log)"
+      fi
+    done
   fi
 fi
 
