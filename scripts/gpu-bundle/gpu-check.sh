@@ -12,7 +12,8 @@
 #   1. nvidia-smi summary
 #   2. the device tests: kernel unit tests, the allocation test, NCCL collectives
 #   3. CPU-vs-GPU equivalence: ci-tiny and quickstart, 10 steps on 1 GPU (and
-#      ci-tiny with comm.backend=mpi, host-staged collectives), each
+#      ci-tiny with comm.backend=mpi, host-staged collectives, on 1 rank and
+#      on 2 ranks sharing the GPU with pp=2 and with cp=2), each
 #      loss within 1e-5 relative of the CPU reference computed when the
 #      bundle was built (ref/*.csv; fp32); and quickstart in bf16 (the
 #      device's cublasGemmEx) within 1e-3 of the CPU's bf16 run
@@ -126,10 +127,16 @@ done
 
 # ---- 3. CPU-vs-GPU equivalence
 say "equivalence with the CPU reference (10 steps, 1 rank, fp32, rtol 1e-5)"
-equiv() {  # equiv NAME DECK DATA [BACKEND [PRECISION RTOL]] (the reference is ref/NAME-without-suffix.csv)
-  local name=$1 deck=$2 data=$3 be=${4:-$backend} prec=${5:-fp32} rtol=${6:-1e-5} ref=${1%%-*}
-  (cd "$R" && timeout 300 "${MPIEXEC[@]}" "$P/bin/wlb4d" "$P/inputs/$deck" --data.train="$P/data/$data" --data.val= \
-     --parallel.dp=1 --parallel.pp=1 --parallel.cp=1 --parallel.tp=1 --train.steps=10 --train.eval_every=0 \
+# equiv NAME DECK DATA [BACKEND [PRECISION RTOL [LAYOUT]]] (the reference is
+# ref/NAME-without-suffix.csv, a 1-rank CPU run); LAYOUT "pp=2" runs 2 ranks
+# on this one GPU with parallel.pp=2 (layout equivalence: every layout gives
+# the 1-rank losses).
+equiv() {
+  local name=$1 deck=$2 data=$3 be=${4:-$backend} prec=${5:-fp32} rtol=${6:-1e-5} ref=${1%%-*} layout=${7:-}
+  local n=1 dp=1 pp=1 cp=1 tp=1
+  if [ -n "$layout" ]; then eval "${layout%%=*}=${layout##*=}"; n=${layout##*=}; fi
+  (cd "$R" && timeout 300 "$P/bin/mpiexec" -n "$n" "$P/bin/wlb4d" "$P/inputs/$deck" --data.train="$P/data/$data" --data.val= \
+     --parallel.dp=$dp --parallel.pp=$pp --parallel.cp=$cp --parallel.tp=$tp --train.steps=10 --train.eval_every=0 \
      --checkpoint.every=0 --checkpoint.at_end=false --checkpoint.resume=never --log.timing_file= \
      --comm.backend="$be" --train.precision="$prec" --log.csv_file="$R/equiv-$name.csv" >"$R/equiv-$name.log" 2>&1) ||
     { tail -20 "$R/equiv-$name.log"; fail "equivalence run $name (log: $R/equiv-$name.log)"; return; }
@@ -145,6 +152,11 @@ equiv tiny ci-tiny.ini tiny-train.h5
 equiv quickstart quickstart.ini sotu-train.h5
 # comm.backend=mpi on the device: collectives staged through host buffers.
 [ "$kind" = cuda ] && equiv tiny-mpistaged ci-tiny.ini tiny-train.h5 mpi
+# 2 ranks sharing this GPU (comm.backend=mpi: NCCL refuses two ranks on one
+# device) give the 1-rank losses: pipeline p2p, and the CP K/V all-gather and
+# dK/dV reduce-scatter.
+equiv tiny-2ranks_pp ci-tiny.ini tiny-train.h5 mpi fp32 1e-5 pp=2
+equiv tiny-2ranks_cp ci-tiny.ini tiny-train.h5 mpi fp32 1e-5 cp=2
 # bf16 (the device's cublasGemmEx against the host's bf16 GEMMs). Both round
 # the same fp32 operands to bf16 and accumulate in fp32, but in another order,
 # so an activation near a bf16 rounding boundary can round the other way;

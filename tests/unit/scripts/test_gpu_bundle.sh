@@ -19,7 +19,9 @@ if ! env -i PATH=/usr/bin:/bin HOME="$W" WLB4D_BUNDLE_LOADER=1 WLB4D_CHECK_QUICK
   cat "$W/check.log"; echo "FAIL: the bundle's gpu-check.sh"; exit 1
 fi
 grep -q 'tiny: 10 of 10 steps within 1e-5' "$W/check.log" && grep -q 'quickstart: 10 of 10 steps within 1e-5' "$W/check.log" &&
-  grep -q 'quickstart_bf16: 10 of 10 steps within 1e-3' "$W/check.log" ||
+  grep -q 'quickstart_bf16: 10 of 10 steps within 1e-3' "$W/check.log" &&
+  grep -q 'tiny-2ranks_pp: 10 of 10 steps within 1e-5' "$W/check.log" &&
+  grep -q 'tiny-2ranks_cp: 10 of 10 steps within 1e-5' "$W/check.log" ||
   { cat "$W/check.log"; echo "FAIL: equivalence lines missing"; exit 1; }
 maps=$(WLB4D_BUNDLE_LOADER=1 "$P/bin/run" /bin/cat /proc/self/maps)
 grep -q "$P/lib/glibc/libc.so.6" <<<"$maps" || { echo "FAIL: the loader path did not use the bundled glibc"; exit 1; }
