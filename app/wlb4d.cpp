@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     if (p.print_coords) std::printf("%s\n", grid.describe().c_str());
     train::Trainer trainer(cfg, grid);
     trainer.run();
+    if (const auto report = model::attention_cache_report(); !report.empty()) spdlog::info("{}", report);
     return 0;
   });
 }

@@ -11,8 +11,10 @@
 // does. Args (T, Hq, Hkv, D, kernel): kernel 0 is the portable kernel, 1
 // cuDNN's fused SDPA (model.attention_kernel = cudnn; skipped on a build
 // without it), measured side by side in one run. Counters: TFLOPs (forward +
-// backward, pairs counted per document) and, with WLB4D_PEAK_TFLOPS set (the
-// device's dense bf16 peak), peak_share = TFLOPs / peak.
+// backward, pairs counted per document), first_call_ms (the untimed first
+// forward + backward: with cuDNN it builds the graphs, so it less the
+// per-iteration time is the plan build cost) and, with WLB4D_PEAK_TFLOPS set
+// (the device's dense bf16 peak), peak_share = TFLOPs / peak.
 #include "wlb4d/balance/doc_source.hpp"
 #include "wlb4d/core/attention_kernel.hpp"
 #include "wlb4d/model/attention.hpp"
@@ -147,9 +149,13 @@ void BM_attention_lengths(benchmark::State& st) {
   const std::vector<int> lens = sampled_lengths(T);
   wlb::model::select_attention_kernel(cudnn ? "cudnn" : "portable", D, cudnn ? "bf16" : "fp32");
   Case c(lens, Hq, Hkv, D);
-  c.forward();  // builds and caches cuDNN's graphs outside the timed loop
+  // The first call builds and caches cuDNN's graphs, outside the timed loop;
+  // first_call_ms minus the per-iteration time is what building them cost.
+  const auto w0 = std::chrono::steady_clock::now();
+  c.forward();
   c.backward();
   Kokkos::fence();
+  const double first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
   const double flops = (1.0 + wlb::model::kAttentionBackwardFlopFactor) * c.flops_fwd;
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : st) {
@@ -162,6 +168,7 @@ void BM_attention_lengths(benchmark::State& st) {
   const double tflops = secs > 0 ? flops * double(st.iterations()) / secs * 1e-12 : 0.0;
   st.counters["TFLOPs"] = tflops;
   st.counters["docs"] = double(lens.size());
+  st.counters["first_call_ms"] = first_ms;
   if (const char* peak = std::getenv("WLB4D_PEAK_TFLOPS"); peak && std::atof(peak) > 0)
     st.counters["peak_share"] = tflops / std::atof(peak);
   st.SetLabel(cudnn ? "cudnn" : "portable");

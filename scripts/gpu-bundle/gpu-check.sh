@@ -239,7 +239,9 @@ if [ "$kind" = cuda ] && [ "$quick" != 1 ]; then
       fail "attention bench (log: $R/attention_bench.log)"
     fi
   fi
-  grep -h 'bf16 GEMM' "$R"/tput-*-bf16.log 2>/dev/null | head -1 | sed 's/^.*info: /  /'
+  grep -h 'bf16 GEMM' "$R"/tput-*-bf16*.log 2>/dev/null | head -1 | sed 's/^.*info: /  /'
+  # The cuDNN graph cache over bench-1b-8k's 4 steps (built, hits, build time).
+  grep -h 'cuDNN graphs:' "$R"/tput-bench-1b-8k-bf16-auto.log 2>/dev/null | sed 's/^.*info: /  bench-1b-8k: /'
   echo "  (model FLOP per model::model_flops; steady state = the last of 4 steps; table also in $csv)"
 fi
 

@@ -210,6 +210,14 @@ std::int64_t attention_nondeterministic_graphs() {
 #endif
 }
 
+std::string attention_cache_report() {
+#ifdef WLB4D_HAVE_CUDNN
+  return attn_impl::cudnn_sdpa::cache_report();
+#else
+  return "";
+#endif
+}
+
 std::string attention_summary() {
   const std::string why = " [" + attn_impl::selection().why + "]";
 #ifdef WLB4D_HAVE_CUDNN

@@ -175,4 +175,11 @@ std::string attention_kernel_in_use();
 /// cuDNN, and whenever every backward rerun gives the same bits.
 std::int64_t attention_nondeterministic_graphs();
 
+/// After a run: what the cuDNN kernel's graph cache did, e.g. "attention:
+/// cuDNN graphs: 12 built in 4310 ms (359 ms each on average), 788 of 800
+/// calls served from the cache, 0 evicted; 0 non-deterministic backward
+/// graphs". Shape bucketing (attention_ragged.hpp) keeps the count low:
+/// each build costs what many calls do. "" where the cuDNN kernel never ran.
+std::string attention_cache_report();
+
 }  // namespace wlb::model

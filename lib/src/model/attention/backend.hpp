@@ -111,6 +111,8 @@ void backward(View3<const float> q, View3<const float> k, View3<const float> v, 
 std::string versions();
 /// Backward graphs built without the deterministic algorithm (attention.hpp).
 std::int64_t nondeterministic_graphs();
+/// attention.hpp's attention_cache_report() ("" before the first call).
+std::string cache_report();
 }  // namespace cudnn_sdpa
 #endif
 

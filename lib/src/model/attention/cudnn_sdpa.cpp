@@ -39,6 +39,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -192,12 +193,14 @@ Plan build_graph(const SdpaGraphKey& key, bool deterministic) {
   p.graph = g;
   check(g->get_workspace_size(p.workspace_bytes), "get_workspace_size", key);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  g_build_ms += ms;
   spdlog::debug("attention: built the cuDNN SDPA graph {}{} in {:.1f} ms (workspace {} bytes)", key.str(),
                 key.backward ? (deterministic ? ", deterministic" : ", non-deterministic") : "", ms, p.workspace_bytes);
   return p;
 }
 
 std::atomic<std::int64_t> g_nondeterministic{0};
+double g_build_ms = 0;  // graph builds, wall time in all (the rank's one thread)
 
 // Half of the device memory free now: the most a deterministic backward's
 // workspace may take before the default algorithm runs instead.
@@ -465,6 +468,16 @@ void backward(View3<const float> q, View3<const float> k, View3<const float> v, 
 }
 
 std::int64_t nondeterministic_graphs() { return g_nondeterministic.load(); }
+
+std::string cache_report() {
+  const auto& c = cache();
+  const std::size_t calls = c.hits() + c.misses();
+  if (calls == 0) return "";
+  return fmt::format("attention: cuDNN graphs: {} built in {:.0f} ms ({:.0f} ms each on average), {} of {} calls served "
+                     "from the cache, {} evicted; {} non-deterministic backward graph(s)",
+                     c.misses(), g_build_ms, g_build_ms / double(c.misses() ? c.misses() : 1), c.hits(), calls,
+                     c.evictions(), g_nondeterministic.load());
+}
 
 std::string versions() {
   const std::size_t v = cudnnGetVersion();  // e.g. 91900 for 9.19.0
