@@ -99,6 +99,12 @@ std::vector<std::int64_t> thd_stride(std::int64_t heads, std::int64_t s, std::in
   return {heads * s * d, d, heads * d, 1};
 }
 
+// Counters of the end-of-run report (cache_report): backward graphs built with
+// the default (non-deterministic) algorithm, and the wall time of graph builds
+// (the rank's one thread builds them).
+std::atomic<std::int64_t> g_nondeterministic{0};
+double g_build_ms = 0;
+
 // The graph for `key`; the backward with cuDNN's deterministic algorithm when
 // `deterministic`. Throws (check) when cuDNN cannot build it.
 Plan build_graph(const SdpaGraphKey& key, bool deterministic) {
@@ -198,9 +204,6 @@ Plan build_graph(const SdpaGraphKey& key, bool deterministic) {
                 key.backward ? (deterministic ? ", deterministic" : ", non-deterministic") : "", ms, p.workspace_bytes);
   return p;
 }
-
-std::atomic<std::int64_t> g_nondeterministic{0};
-double g_build_ms = 0;  // graph builds, wall time in all (the rank's one thread)
 
 // Half of the device memory free now: the most a deterministic backward's
 // workspace may take before the default algorithm runs instead.
