@@ -4,8 +4,10 @@
 #   scripts/install-deps.sh               # build and run
 #   scripts/install-deps.sh --test-peers  # also the independent peers some tests
 #                                         # compare against (Node.js + npm for
-#                                         # Hugging Face's tokenizers); those
-#                                         # tests skip without them
+#                                         # Hugging Face's tokenizers, PyTorch
+#                                         # 1.13 for bench/torch_compare.py's
+#                                         # self-test); those tests skip
+#                                         # without them
 set -euo pipefail
 PKGS=(
   cmake g++ make pkg-config
@@ -21,6 +23,7 @@ PEERS=()
 if [ "${1:-}" = "--test-peers" ]; then
   command -v node > /dev/null || PEERS+=(nodejs)
   command -v npm > /dev/null || PEERS+=(npm)
+  dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || PEERS+=(python3-torch)
 fi
 missing=()
 for p in "${PKGS[@]}"; do
