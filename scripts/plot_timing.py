@@ -303,9 +303,12 @@ def plot(rows, s, out, title, trace_step, trace_rows, kinds):
     ax[1].set_xticks(ranks)
     legend_beside(ax[1])
     # 4. Imbalance over steps: the planner's (cost model) next to the measured one.
-    for col, colr in (("attn_imbalance", "tab:purple"), ("latency_imbalance", "tab:brown"),
-                      ("cp_imbalance", "tab:pink")):  # not the action kinds' colours
-        ax[2].plot(s["steps"] + 1, rows[col][s["first"]], color=colr, label="planner " + col.replace("_imbalance", ""))
+    # The planner's three figures in black, told apart by marker and line
+    # style: a colour would repeat one of the categories' (the palette is
+    # full), and a reader would take it for that category.
+    for col, style in (("attn_imbalance", "o-"), ("latency_imbalance", "s-."), ("cp_imbalance", "^:")):
+        ax[2].plot(s["steps"] + 1, rows[col][s["first"]], style, color="black", ms=3, lw=0.8,
+                   label="planner " + col.replace("_imbalance", ""))
     if "compute_cpu" in rows.dtype.names:
         meas = []
         for st in s["steps"]:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""plot_timing.py draws each pipeline action kind in one colour in every panel.
+"""plot_timing.py draws each pipeline action kind in one colour in every panel,
+and the planner's imbalance lines in no step-time category's colour.
 
   plot_colors_check.py SCRIPTS_DIR TIMING.h5 OUT.png
 
@@ -24,6 +25,7 @@ figs = [f for f in figs if hasattr(f, "axes")]  # plt.close("all") and the like 
 assert figs, "no figure"
 rgb = lambda c: tuple(round(x, 3) for x in mc.to_rgb(c))
 action = {k: rgb(v) for k, v in pt.ACTION_COLORS.items()}
+category = {rgb(v): k for k, v in pt.CATEGORY_COLORS.items()}
 want = {"forward": action["F"], "backward": action["B"], "p2p_wait": action["msg"],
         "forward (F)": action["F"], "backward (B)": action["B"], "weight grad (W)": action["W"],
         "send/recv": action["msg"]}
@@ -51,6 +53,9 @@ for ax in figs[0].axes:
         c = rgb(line.get_color())
         if c in action.values():
             bad.append(f"{ax.get_title()}: line '{line.get_label()}' uses an action kind's colour {c}")
+        # The planner's lines must not look like a step-time category.
+        if line.get_label().startswith("planner ") and c in category:
+            bad.append(f"{ax.get_title()}: line '{line.get_label()}' uses category {category[c]}'s colour {c}")
 if not {"forward", "backward"} <= seen:
     bad.append(f"the step-time breakdown lacks forward/backward bars (saw {sorted(seen)})")
 if bad:
