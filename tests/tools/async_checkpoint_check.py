@@ -123,7 +123,9 @@ def main():
         import re
         secs = [float(x) for x in re.findall(r"written \(step \d+; in the background: ([0-9.]+) s", log)]
         csv_sum = sum(float(v[2]) for k, v in la.items() if k[1] == 0)
-        check(len(secs) == 4 and "ckpt write" in log and "(background)" in log and abs(csv_sum - sum(secs)) < 0.01,
+        # The log prints each write to 0.01 s: its sum is off the CSV's by at
+        # most half of that per write.
+        check(len(secs) == 4 and "ckpt write" in log and "(background)" in log and abs(csv_sum - sum(secs)) <= 0.005 * len(secs) + 1e-6,
               f"the log names 4 background writes ({sum(secs):.2f} s) and the CSV's ckpt_write sums to them "
               f"({csv_sum:.2f} s)")
         run("resumed", ["--checkpoint.async=true",
